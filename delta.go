@@ -1,0 +1,73 @@
+package mirror
+
+import "fmt"
+
+// DeltaType says what happened to an object.
+type DeltaType uint8
+
+const (
+	// Added means the object was created at the source.
+	Added DeltaType = iota + 1
+	// Updated means the object changed at the source.
+	Updated
+	// Deleted means the object left the source. A Deleted delta with
+	// Tombstone set was inferred by a relist rather than observed.
+	Deleted
+	// Replaced means a relist listed the object. It is emitted instead of
+	// Sync when a queue's EmitDeltaTypeReplaced option is on, so consumers
+	// can tell a relist from a periodic resync.
+	Replaced
+	// Sync means the object is unchanged and is being offered again, by a
+	// periodic resync or (without EmitDeltaTypeReplaced) by a relist.
+	Sync
+)
+
+// String returns the name of t, such as "Added".
+func (t DeltaType) String() string {
+	switch t {
+	case Added:
+		return "Added"
+	case Updated:
+		return "Updated"
+	case Deleted:
+		return "Deleted"
+	case Replaced:
+		return "Replaced"
+	case Sync:
+		return "Sync"
+	}
+	return fmt.Sprintf("DeltaType(%d)", uint8(t))
+}
+
+// Delta is one change to one object.
+type Delta[T any] struct {
+	Type DeltaType
+	// Object is the state after the change; for Deleted, the last state
+	// known.
+	Object T
+	// Tombstone is set on a Deleted delta that a relist inferred: the
+	// source no longer lists the object, but the deletion itself was never
+	// seen, so Object is the last state known here and the object's final
+	// state is unknown. Object is always that last known state, never a
+	// placeholder, so consumers need no type assertion.
+	Tombstone bool
+}
+
+// Deltas is the history of one key, oldest first.
+type Deltas[T any] []Delta[T]
+
+// Oldest returns the oldest delta, or false if d is empty.
+func (d Deltas[T]) Oldest() (Delta[T], bool) {
+	if len(d) == 0 {
+		return Delta[T]{}, false
+	}
+	return d[0], true
+}
+
+// Newest returns the newest delta, or false if d is empty.
+func (d Deltas[T]) Newest() (Delta[T], bool) {
+	if len(d) == 0 {
+		return Delta[T]{}, false
+	}
+	return d[len(d)-1], true
+}

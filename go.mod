@@ -1,0 +1,3 @@
+module github.com/listwatch/mirror
+
+go 1.25

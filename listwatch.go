@@ -1,0 +1,217 @@
+package mirror
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ListWatcher is a versioned source of objects: it lists them at a version
+// and then reports every change after that version, in order.
+//
+// Resource versions are opaque strings chosen by the source; the Reflector
+// only passes them back. A ListWatcher must be safe for concurrent use.
+type ListWatcher[T any] interface {
+	// List returns one page of objects. See ListOptions for the meaning of
+	// ResourceVersion, Limit and Continue.
+	List(ctx context.Context, opts ListOptions) (ListResult[T], error)
+
+	// Watch starts a stream of the changes after opts.ResourceVersion. The
+	// stream ends when ctx is done, when the Watcher is stopped, or when
+	// the source ends it.
+	Watch(ctx context.Context, opts WatchOptions) (Watcher[T], error)
+}
+
+// ListOptions selects a page of a list.
+type ListOptions struct {
+	// ResourceVersion is the version to list at:
+	//   ""       the newest version, read consistently (never stale);
+	//   "0"      any version the source has at hand, possibly stale;
+	//   other    a version not older than this one.
+	// Later pages of a paged list ignore it: Continue fixes their version.
+	ResourceVersion string
+
+	// Limit is the most items one page may hold; 0 means no limit.
+	Limit int64
+
+	// Continue, when not empty, asks for the page after the one whose
+	// ListResult.Continue it was. Every page of one list is at the version
+	// of the first.
+	Continue string
+}
+
+// ListResult is one page of a list.
+type ListResult[T any] struct {
+	// Items are the objects of this page.
+	Items []T
+
+	// ResourceVersion is the version the whole list is at. It is the same
+	// on every page of one list.
+	ResourceVersion string
+
+	// Continue is empty on the last page; otherwise it is the token that
+	// asks for the next one.
+	Continue string
+
+	// Skipped reports objects the source could not produce (a value that
+	// failed to decode, say). They are not in Items; the rest of the page
+	// is good. Each error should say which object it was about, for
+	// example with *ObjectError.
+	Skipped []error
+}
+
+// WatchOptions says where a watch starts and how it behaves.
+type WatchOptions struct {
+	// ResourceVersion is the version after which changes are reported.
+	// "" or "0" mean "from now". A version the source no longer has fails
+	// with an error wrapping ErrExpired.
+	ResourceVersion string
+
+	// AllowBookmarks lets the source send EventBookmark events, which
+	// carry only a newer resource version. Sources may ignore it.
+	AllowBookmarks bool
+
+	// Timeout, if positive, asks the source to end the stream after this
+	// long. The Reflector sets it so that watches are renewed regularly.
+	Timeout time.Duration
+
+	// SendInitialEvents asks for a streaming list: the source first sends
+	// the state at ResourceVersion ("" for the newest) as EventAdded events,
+	// then an EventBookmark with InitialEventsEnd set, then the changes
+	// after it. A source that cannot do this returns an error wrapping
+	// errors.ErrUnsupported, and the Reflector falls back to List.
+	SendInitialEvents bool
+}
+
+// EventType says what a watch event reports.
+type EventType uint8
+
+const (
+	// EventAdded reports a new object.
+	EventAdded EventType = iota + 1
+	// EventModified reports a changed object.
+	EventModified
+	// EventDeleted reports a deleted object; Object holds its last state
+	// as far as the source knows it.
+	EventDeleted
+	// EventBookmark reports only that the source has reached
+	// ResourceVersion; Object is the zero value.
+	EventBookmark
+	// EventError reports an object the source could not produce (a value
+	// that failed to decode). Err says which and why; Object is the zero
+	// value. The stream goes on: errors that end a stream come from
+	// Watcher.Next instead.
+	EventError
+)
+
+// String returns the name of t, such as "Added".
+func (t EventType) String() string {
+	switch t {
+	case EventAdded:
+		return "Added"
+	case EventModified:
+		return "Modified"
+	case EventDeleted:
+		return "Deleted"
+	case EventBookmark:
+		return "Bookmark"
+	case EventError:
+		return "Error"
+	}
+	return fmt.Sprintf("EventType(%d)", uint8(t))
+}
+
+// Event is one change reported by a watch.
+type Event[T any] struct {
+	Type   EventType
+	Object T
+
+	// ResourceVersion is the source's version after this event. Every
+	// event carries one, except EventError, which may leave it empty.
+	ResourceVersion string
+
+	// InitialEventsEnd is set on the EventBookmark that closes the initial
+	// state of a streaming list (WatchOptions.SendInitialEvents).
+	InitialEventsEnd bool
+
+	// Err is the problem an EventError reports; nil for every other type.
+	Err error
+}
+
+// Watcher is one stream of watch events. Next is called from one goroutine
+// at a time; Stop may be called from any goroutine, any number of times.
+type Watcher[T any] interface {
+	// Next blocks until the next event and returns it. A non-nil error
+	// means the stream has ended: io.EOF when the source closed it in the
+	// ordinary way (a timeout, a stopped watcher), ctx.Err() when ctx is
+	// done, or the source's error, classified with ErrExpired,
+	// ErrTooLargeResourceVersion or ErrUnavailable where one applies.
+	// After an error, every later call returns an error too.
+	Next(ctx context.Context) (Event[T], error)
+
+	// Stop ends the stream and releases what it holds. It does not wait
+	// for a Next in progress, which returns soon after with io.EOF.
+	Stop()
+}
+
+// Errors a ListWatcher reports, classified for the Reflector. Sources wrap
+// them (fmt.Errorf("...: %w", ErrExpired)) so that errors.Is finds them.
+var (
+	// ErrExpired means the requested resource version is no longer
+	// available (compacted history, HTTP 410 Gone). The Reflector relists.
+	ErrExpired = errors.New("mirror: resource version expired")
+
+	// ErrTooLargeResourceVersion means the source has not yet reached the
+	// requested resource version (a lagging replica). The Reflector relists
+	// with a consistent read instead of asking again for the same version.
+	ErrTooLargeResourceVersion = errors.New("mirror: resource version too large")
+
+	// ErrUnavailable means the source cannot serve now (no leader,
+	// connection refused, throttled). The Reflector pauses and watches
+	// again from the last version it saw, without relisting.
+	ErrUnavailable = errors.New("mirror: source unavailable")
+)
+
+// ObjectError reports one object that a source could not produce, with the
+// key the source knows it by. The object is skipped; nothing else is lost.
+type ObjectError struct {
+	// Key is the source's name for the object (an etcd key, a
+	// namespace/name).
+	Key string
+	// ResourceVersion is the version at which the object was read, if
+	// known.
+	ResourceVersion string
+	// Err is the cause, such as a decode error.
+	Err error
+}
+
+// Error implements error.
+func (e *ObjectError) Error() string {
+	return fmt.Sprintf("mirror: object %q skipped: %v", e.Key, e.Err)
+}
+
+// Unwrap returns the cause.
+func (e *ObjectError) Unwrap() error { return e.Err }
+
+// isUnsupported reports whether err says a feature is not supported.
+func isUnsupported(err error) bool { return errors.Is(err, errors.ErrUnsupported) }
+
+// ReflectorStore is what a Reflector writes to: the queues (DeltaFIFO,
+// FIFO) and the Indexer implement it. A Reflector calls it from one
+// goroutine. An error from one call is reported and the Reflector goes on;
+// a store should skip only the object that failed, and its Replace should
+// apply every object it can.
+type ReflectorStore[T any] interface {
+	// Add records a new object.
+	Add(obj T) error
+	// Update records a changed object.
+	Update(obj T) error
+	// Delete records that obj left the source.
+	Delete(obj T) error
+	// Replace makes list the whole content, as of resourceVersion.
+	Replace(list []T, resourceVersion string) error
+	// Resync offers the current content again (see DeltaFIFO.Resync); a
+	// plain store does nothing.
+	Resync() error
+}
