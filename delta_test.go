@@ -1,0 +1,37 @@
+package mirror
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+)
+
+func TestDeltas_OldestAndNewest(t *testing.T) {
+	tests := []struct {
+		name           string
+		deltas         Deltas[int]
+		oldest, newest int
+		ok             bool
+	}{
+		{name: "empty"},
+		{name: "one", deltas: Deltas[int]{{Type: Added, Object: 1}}, oldest: 1, newest: 1, ok: true},
+		{name: "many", deltas: Deltas[int]{{Type: Added, Object: 1}, {Type: Updated, Object: 2}, {Type: Deleted, Object: 3}}, oldest: 1, newest: 3, ok: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o, ok := tt.deltas.Oldest()
+			assert.Equal(t, tt.ok, ok)
+			assert.Equal(t, tt.oldest, o.Object)
+			n, ok := tt.deltas.Newest()
+			assert.Equal(t, tt.ok, ok)
+			assert.Equal(t, tt.newest, n.Object)
+		})
+	}
+}
+
+func TestTypeNames(t *testing.T) {
+	assert.Equal(t, []string{"Added", "Updated", "Deleted", "Replaced", "Sync", "DeltaType(9)"},
+		[]string{Added.String(), Updated.String(), Deleted.String(), Replaced.String(), Sync.String(), DeltaType(9).String()})
+	assert.Equal(t, []string{"Added", "Modified", "Deleted", "Bookmark", "Error", "EventType(0)"},
+		[]string{EventAdded.String(), EventModified.String(), EventDeleted.String(), EventBookmark.String(), EventError.String(), EventType(0).String()})
+}
