@@ -1,0 +1,192 @@
+package mirror
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// inOrderQueue is the informer's default queue: one entry per change, in
+// the order the source produced them, so the cache and the handlers see
+// changes to different keys in source order (a per-key queue such as
+// DeltaFIFO reorders them by first arrival of the key).
+//
+// A relist or a resync is a single entry, applied by the consumer as one
+// step against the cache at the moment it is applied. The queue therefore
+// never consults the cache, and its lock is never held while the consumer
+// applies a batch: a tombstone is computed from a cache that has applied
+// every earlier change, so no delete is lost or invented.
+type inOrderQueue[K comparable, T any] struct {
+	keyFunc   KeyFunc[K, T]
+	transform TransformFunc[T]
+
+	mu      sync.Mutex
+	cond    sync.Cond
+	entries Ring[inOrderEntry[K, T]]
+	// pushed is set once anything was queued; the first entry completes
+	// the initial sync if it is not a relist, as in DeltaFIFO.
+	pushed bool
+	// resyncQueued is set while a resync entry waits: a second resync
+	// before it is applied would offer the same objects again.
+	resyncQueued bool
+	closed       bool
+}
+
+type entryKind uint8
+
+const (
+	entryDelta entryKind = iota + 1
+	entryReplace
+	entryResync
+)
+
+// inOrderEntry is one queued change, relist or resync.
+type inOrderEntry[K comparable, T any] struct {
+	kind  entryKind
+	key   K        // entryDelta
+	delta Delta[T] // entryDelta
+	list  []keyed[K, T]
+	// completesSync marks the entry whose application makes the informer
+	// synced.
+	completesSync bool
+}
+
+type keyed[K comparable, T any] struct {
+	key K
+	obj T
+}
+
+func newInOrderQueue[K comparable, T any](keyFunc KeyFunc[K, T], transform TransformFunc[T]) *inOrderQueue[K, T] {
+	q := &inOrderQueue[K, T]{keyFunc: keyFunc, transform: transform}
+	q.cond.L = &q.mu
+	return q
+}
+
+var _ ReflectorStore[int] = (*inOrderQueue[int, int])(nil)
+
+// Add queues an Added delta.
+func (q *inOrderQueue[K, T]) Add(obj T) error { return q.queueDelta(Added, obj) }
+
+// Update queues an Updated delta.
+func (q *inOrderQueue[K, T]) Update(obj T) error { return q.queueDelta(Updated, obj) }
+
+// Delete queues a Deleted delta. Whether the key is known is decided when
+// it is applied.
+func (q *inOrderQueue[K, T]) Delete(obj T) error { return q.queueDelta(Deleted, obj) }
+
+// prepare computes obj's key and transforms it, as DeltaFIFO does.
+func (q *inOrderQueue[K, T]) prepare(obj T) (K, T, error) {
+	k, err := keyOf(q.keyFunc, obj)
+	if err != nil || q.transform == nil {
+		return k, obj, err
+	}
+	out, err := q.transform(obj)
+	if err != nil {
+		return k, obj, fmt.Errorf("mirror: transform object with key %v: %w", k, err)
+	}
+	return k, out, nil
+}
+
+func (q *inOrderQueue[K, T]) queueDelta(t DeltaType, obj T) error {
+	k, obj, err := q.prepare(obj)
+	if err != nil {
+		return err
+	}
+	q.push(inOrderEntry[K, T]{kind: entryDelta, key: k, delta: Delta[T]{Type: t, Object: obj}})
+	return nil
+}
+
+// Replace queues the whole list as one entry. Objects whose transform or
+// key fails are left out and reported; the rest are queued.
+func (q *inOrderQueue[K, T]) Replace(list []T, _ string) error {
+	items := make([]keyed[K, T], 0, len(list))
+	var errs []error
+	for _, obj := range list {
+		k, obj, err := q.prepare(obj)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		items = append(items, keyed[K, T]{key: k, obj: obj})
+	}
+	q.push(inOrderEntry[K, T]{kind: entryReplace, list: items})
+	return errors.Join(errs...)
+}
+
+// Resync queues one resync entry unless one is already waiting.
+func (q *inOrderQueue[K, T]) Resync() error {
+	q.mu.Lock()
+	queued := q.resyncQueued
+	q.mu.Unlock()
+	if !queued {
+		q.push(inOrderEntry[K, T]{kind: entryResync})
+	}
+	return nil
+}
+
+func (q *inOrderQueue[K, T]) push(e inOrderEntry[K, T]) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.pushed {
+		q.pushed = true
+		e.completesSync = true
+	}
+	if e.kind == entryResync {
+		if q.resyncQueued {
+			return
+		}
+		q.resyncQueued = true
+	}
+	q.entries.Push(e)
+	q.cond.Signal()
+}
+
+// popBatch waits for at least one entry and appends up to max entries to
+// dst. It returns ctx.Err() when ctx ends and ErrClosed once the queue is
+// closed and empty.
+func (q *inOrderQueue[K, T]) popBatch(ctx context.Context, max int, dst []inOrderEntry[K, T]) ([]inOrderEntry[K, T], error) {
+	stop := context.AfterFunc(ctx, func() {
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		q.cond.Broadcast()
+	})
+	defer stop()
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for q.entries.Len() == 0 {
+		if q.closed {
+			return dst, ErrClosed
+		}
+		if err := ctx.Err(); err != nil {
+			return dst, err
+		}
+		q.cond.Wait()
+	}
+	for range max {
+		e, ok := q.entries.Pop()
+		if !ok {
+			break
+		}
+		if e.kind == entryResync {
+			q.resyncQueued = false
+		}
+		dst = append(dst, e)
+	}
+	return dst, nil
+}
+
+// close wakes every popper; once empty, popBatch returns ErrClosed.
+func (q *inOrderQueue[K, T]) close() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.closed = true
+	q.cond.Broadcast()
+}
+
+// len returns the number of queued entries.
+func (q *inOrderQueue[K, T]) len() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.entries.Len()
+}
