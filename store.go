@@ -41,9 +41,9 @@ type KnownObjects[K comparable, T any] interface {
 
 // IndexFunc computes the values under which an object is indexed, such as
 // its namespace or its labels. It may return any number of values, including
-// none. It must depend only on obj. The Indexer keeps the returned slice to
-// know, later, which index entries to remove, so the function must not
-// modify a slice it has returned.
+// none. It must depend only on obj's value: when an object is replaced or
+// deleted, the Indexer calls it again on the stored object to find the
+// entries to remove.
 type IndexFunc[T any] func(obj T) ([]string, error)
 
 // Indexers names index functions. A nil function indexes no object.
@@ -78,14 +78,16 @@ func (e *IndexError) Unwrap() error { return e.Err }
 // KnownObjects.
 //
 // Objects are stored as given, not copied. An object must not be modified
-// once stored, nor when it is returned by a query: other goroutines may be
-// reading it, and its index entries were computed from its value when it
-// was stored.
+// once stored, nor when a query returns it: other goroutines may be reading
+// it, and the Indexer finds its index entries by calling the index
+// functions on it again.
 //
-// Writers call key and index functions before they take the Indexer's
-// lock, so a slow or failing index function does not stall readers and
-// cannot leave the indexes half updated. The exception is AddIndexers,
-// which indexes every stored object under the lock.
+// Writers compute the new object's key and index values before they take
+// the Indexer's lock, so a failing index function cannot leave the indexes
+// half updated. Under the lock they call the index functions only on the
+// object being replaced or deleted, to find its entries; AddIndexers is the
+// exception and indexes every stored object under the lock. An index
+// function that panics leaves the Indexer as it was.
 //
 // All methods are safe for concurrent use. The zero value is not usable;
 // create Indexers with NewIndexer.
@@ -111,7 +113,8 @@ var (
 	_ KnownObjects[string, int] = (*Indexer[string, int])(nil)
 )
 
-// indexDefs is an immutable list of index names and functions.
+// indexDefs lists index names and functions. It is not changed once
+// published in Indexer.defs.
 type indexDefs[T any] struct {
 	names []string
 	funcs []IndexFunc[T]
@@ -120,6 +123,19 @@ type indexDefs[T any] struct {
 // lookup returns the position of the named index, or -1.
 func (d *indexDefs[T]) lookup(name string) int {
 	return slices.Index(d.names, name)
+}
+
+// add appends indexers to d in the order of their names, so that which
+// failure is reported when several indexes fail does not vary.
+func (d *indexDefs[T]) add(indexers Indexers[T]) {
+	start := len(d.names)
+	for name := range indexers {
+		d.names = append(d.names, name)
+	}
+	slices.Sort(d.names[start:])
+	for _, name := range d.names[start:] {
+		d.funcs = append(d.funcs, indexers[name])
+	}
 }
 
 // values appends obj's values for every index to dst.
@@ -137,31 +153,183 @@ func (d *indexDefs[T]) values(dst [][]string, obj T) ([][]string, error) {
 	return dst, nil
 }
 
+// priorValues is a stored object's values for one index, computed again
+// when the object is replaced or deleted. If ok is false the index
+// function failed, and the object's entries must be found by a scan.
+type priorValues struct {
+	vals []string
+	ok   bool
+}
+
+// priors appends the stored object old's values for every index to dst.
+func (d *indexDefs[T]) priors(dst []priorValues, old T) []priorValues {
+	for _, f := range d.funcs {
+		p := priorValues{ok: true}
+		if f != nil {
+			v, err := f(old)
+			p = priorValues{vals: v, ok: err == nil}
+		}
+		dst = append(dst, p)
+	}
+	return dst
+}
+
 // contents is the data an Indexer guards: the objects and, parallel to the
 // Indexer's defs, one index each.
 type contents[K comparable, T any] struct {
 	items   map[K]T
-	indexes []*index[K]
+	indexes []index[K]
 }
 
-// index is one named index.
-type index[K comparable] struct {
-	// byValue holds the keys of the objects that have each value. A set
-	// that empties is deleted, so that churn through many distinct values
-	// (short-lived namespaces, say) does not grow memory.
-	byValue map[string]map[K]struct{}
-
-	// byKey holds the values each stored object was indexed under, for
-	// objects with at least one. An update or delete removes the key from
-	// exactly the sets it joined, without calling the index function again
-	// on the old object: that would cost a call per update, could fail
-	// where a delete cannot report it, and would give a different answer
-	// for an object changed in place.
-	byKey map[K][]string
+func newContents[K comparable, T any](defs *indexDefs[T], size int) contents[K, T] {
+	c := contents[K, T]{items: make(map[K]T, size), indexes: make([]index[K], len(defs.funcs))}
+	for j := range c.indexes {
+		c.indexes[j] = index[K]{}
+	}
+	return c
 }
 
-func newIndex[K comparable](size int) *index[K] {
-	return &index[K]{byValue: map[string]map[K]struct{}{}, byKey: make(map[K][]string, size)}
+// set stores obj under key. vals holds obj's values, one entry per index
+// of defs, the definitions c was built for. The caller must hold the lock
+// of the Indexer that owns c, if any.
+func (c *contents[K, T]) set(defs *indexDefs[T], key K, obj T, vals [][]string) (old T, existed bool) {
+	old, existed = c.items[key]
+	if !existed {
+		c.items[key] = obj
+		for j, ix := range c.indexes {
+			ix.add(key, vals[j])
+		}
+		return old, false
+	}
+	// Every call to user code comes before the first change, so that a
+	// panic leaves c as it was.
+	var buf [4]priorValues
+	priors := defs.priors(buf[:0], old)
+	c.items[key] = obj
+	for j, ix := range c.indexes {
+		ix.update(key, priors[j], vals[j])
+	}
+	return old, true
+}
+
+// delete removes key, whose stored object is old. The caller must hold the
+// lock of the Indexer that owns c.
+func (c *contents[K, T]) delete(defs *indexDefs[T], key K, old T) {
+	var buf [4]priorValues
+	priors := defs.priors(buf[:0], old)
+	delete(c.items, key)
+	for j, ix := range c.indexes {
+		ix.remove(key, priors[j])
+	}
+}
+
+// index maps each value of one index to the set of keys of the objects
+// that have it. A set that empties is deleted, so that churn through many
+// distinct values (short-lived namespaces, say) does not grow memory.
+//
+// An index does not remember which values each key has: it recomputes
+// them from the stored object when that object is replaced or deleted.
+// Remembering would save one index function call per update (for a
+// namespace index, about 80 ns and an allocation: BenchmarkIndexer_IndexFunc)
+// but doubles what the index costs per object (BenchmarkIndexer_Memory, one
+// namespace index on 100k keys: 98 B/key recomputing, 198 B/key
+// remembering), and the informer's cache must stay small.
+type index[K comparable] map[string]map[K]struct{}
+
+// add indexes key under vals.
+func (ix index[K]) add(key K, vals []string) {
+	for _, v := range vals {
+		ix.addValue(key, v)
+	}
+}
+
+// addValue adds key to the set of v.
+func (ix index[K]) addValue(key K, v string) {
+	set := ix[v]
+	if set == nil {
+		set = make(map[K]struct{}, 1)
+		ix[v] = set
+	}
+	set[key] = struct{}{}
+}
+
+// removeValue removes key from the set of v and reports whether it was
+// there.
+func (ix index[K]) removeValue(key K, v string) bool {
+	set := ix[v]
+	if _, ok := set[key]; !ok {
+		return false
+	}
+	delete(set, key)
+	if len(set) == 0 {
+		delete(ix, v)
+	}
+	return true
+}
+
+// remove removes key from the values in prior, or from wherever it is if
+// prior is unknown or wrong.
+func (ix index[K]) remove(key K, prior priorValues) {
+	if prior.ok {
+		found := true
+		for n, v := range prior.vals {
+			// A value listed twice is not there the second time.
+			if !ix.removeValue(key, v) && !slices.Contains(prior.vals[:n], v) {
+				found = false
+			}
+		}
+		if found {
+			return
+		}
+	}
+	ix.purge(key)
+}
+
+// purge removes key from every value. It is the way out when an object's
+// entries cannot be recomputed: the index function failed on the stored
+// object, or gave values the key was not under because the object was
+// changed in place.
+func (ix index[K]) purge(key K) {
+	for v, set := range ix {
+		if _, ok := set[key]; ok {
+			delete(set, key)
+			if len(set) == 0 {
+				delete(ix, v)
+			}
+		}
+	}
+}
+
+// update moves key from the values in prior to vals.
+func (ix index[K]) update(key K, prior priorValues, vals []string) {
+	if prior.ok && slices.Equal(prior.vals, vals) {
+		// The common case (an object changed but its namespace did not)
+		// touches nothing and allocates nothing.
+		return
+	}
+	if !prior.ok || len(prior.vals)+len(vals) > 16 {
+		// Past a few values, quadratic diffing stops paying.
+		ix.remove(key, prior)
+		ix.add(key, vals)
+		return
+	}
+	// Leave in place the entries both lists share, so that a set holding
+	// only this key is not deleted and made again.
+	for n, v := range prior.vals {
+		if slices.Contains(vals, v) {
+			continue
+		}
+		if !ix.removeValue(key, v) && !slices.Contains(prior.vals[:n], v) {
+			ix.purge(key)
+			ix.add(key, vals)
+			return
+		}
+	}
+	for _, v := range vals {
+		if !slices.Contains(prior.vals, v) {
+			ix.addValue(key, v)
+		}
+	}
 }
 
 // NewIndexer returns an empty Indexer that keys objects with keyFunc and
@@ -176,27 +344,6 @@ func NewIndexer[K comparable, T any](keyFunc KeyFunc[K, T], indexers Indexers[T]
 	i.defs.Store(defs)
 	i.contents = newContents[K](defs, 0)
 	return i
-}
-
-// add appends indexers to d in the order of their names, so that which
-// failure is reported when several indexes fail does not vary.
-func (d *indexDefs[T]) add(indexers Indexers[T]) {
-	start := len(d.names)
-	for name := range indexers {
-		d.names = append(d.names, name)
-	}
-	slices.Sort(d.names[start:])
-	for _, name := range d.names[start:] {
-		d.funcs = append(d.funcs, indexers[name])
-	}
-}
-
-func newContents[K comparable, T any](defs *indexDefs[T], size int) contents[K, T] {
-	c := contents[K, T]{items: make(map[K]T, size), indexes: make([]*index[K], len(defs.funcs))}
-	for j := range c.indexes {
-		c.indexes[j] = newIndex[K](0)
-	}
-	return c
 }
 
 // Add stores obj under its key, replacing any object stored there. It
@@ -229,8 +376,8 @@ func (i *Indexer[K, T]) Delete(obj T) error {
 
 // Set stores obj under key, replacing any object stored there, and returns
 // the object it replaced. It is for callers that already know the key. It
-// fails only if an index function fails; it then returns an *IndexError
-// and changes nothing.
+// fails only if an index function fails for obj; it then returns an
+// *IndexError and changes nothing.
 func (i *Indexer[K, T]) Set(key K, obj T) (old T, existed bool, err error) {
 	// Most Indexers have a few indexes; computing into an array on the
 	// stack saves an allocation per call.
@@ -241,14 +388,23 @@ func (i *Indexer[K, T]) Set(key K, obj T) (old T, existed bool, err error) {
 		if err != nil {
 			return old, false, err
 		}
-		i.mu.Lock()
-		if i.defs.Load() == defs {
-			old, existed = i.contents.set(key, obj, vals)
-			i.mu.Unlock()
+		if old, existed, ok := i.setIfCurrent(defs, key, obj, vals); ok {
 			return old, existed, nil
 		}
-		i.mu.Unlock()
+		// AddIndexers ran meanwhile: compute again with its indexes.
 	}
+}
+
+// setIfCurrent stores obj, whose values vals were computed with defs,
+// unless the Indexer's definitions are no longer defs.
+func (i *Indexer[K, T]) setIfCurrent(defs *indexDefs[T], key K, obj T, vals [][]string) (old T, existed, ok bool) {
+	i.mu.Lock()
+	defer i.mu.Unlock() // index functions run under the lock and may panic
+	if i.defs.Load() != defs {
+		return old, false, false
+	}
+	old, existed = i.contents.set(defs, key, obj, vals)
+	return old, existed, true
 }
 
 // DeleteKey removes the object stored under key and returns it, or reports
@@ -258,89 +414,9 @@ func (i *Indexer[K, T]) DeleteKey(key K) (old T, existed bool) {
 	defer i.mu.Unlock()
 	old, existed = i.contents.items[key]
 	if existed {
-		delete(i.contents.items, key)
-		for _, ix := range i.contents.indexes {
-			ix.remove(key)
-		}
+		i.contents.delete(i.defs.Load(), key, old)
 	}
 	return old, existed
-}
-
-// set stores obj under key; vals holds its values, one entry per index.
-// The caller must hold the lock of the Indexer that owns c, if any: set
-// cannot fail, so a write is never left half done.
-func (c *contents[K, T]) set(key K, obj T, vals [][]string) (old T, existed bool) {
-	old, existed = c.items[key]
-	c.items[key] = obj
-	for j, ix := range c.indexes {
-		ix.update(key, vals[j])
-	}
-	return old, existed
-}
-
-// update moves key from the values it was indexed under to vals.
-func (ix *index[K]) update(key K, vals []string) {
-	old := ix.byKey[key]
-	if slices.Equal(old, vals) {
-		// The common case (an object changed but its namespace did not)
-		// touches nothing and allocates nothing.
-		return
-	}
-	if len(old)+len(vals) > 16 {
-		// Quadratic diffing stops paying; churning every entry is linear.
-		for _, v := range old {
-			ix.removeValue(key, v)
-		}
-		for _, v := range vals {
-			ix.addValue(key, v)
-		}
-	} else {
-		// Leave in place the entries both lists share, so that a set
-		// holding only this key is not deleted and made again.
-		for _, v := range old {
-			if !slices.Contains(vals, v) {
-				ix.removeValue(key, v)
-			}
-		}
-		for _, v := range vals {
-			if !slices.Contains(old, v) {
-				ix.addValue(key, v)
-			}
-		}
-	}
-	if len(vals) == 0 {
-		delete(ix.byKey, key)
-	} else {
-		ix.byKey[key] = vals
-	}
-}
-
-// remove drops key from every value it is indexed under.
-func (ix *index[K]) remove(key K) {
-	for _, v := range ix.byKey[key] {
-		ix.removeValue(key, v)
-	}
-	delete(ix.byKey, key)
-}
-
-func (ix *index[K]) addValue(key K, v string) {
-	set := ix.byValue[v]
-	if set == nil {
-		set = make(map[K]struct{}, 1)
-		ix.byValue[v] = set
-	}
-	set[key] = struct{}{}
-}
-
-func (ix *index[K]) removeValue(key K, v string) {
-	set := ix.byValue[v]
-	if set == nil {
-		return // v was listed twice by the index function
-	}
-	delete(set, key)
-	if len(set) == 0 {
-		delete(ix.byValue, v)
-	}
 }
 
 // Replace makes list the whole content of the Indexer; resourceVersion is
@@ -356,9 +432,6 @@ func (i *Indexer[K, T]) Replace(list []T, resourceVersion string) error {
 	for {
 		defs := i.defs.Load()
 		c := newContents[K](defs, len(list))
-		for _, ix := range c.indexes {
-			ix.byKey = make(map[K][]string, len(list))
-		}
 		var errs []error
 		for _, obj := range list {
 			key, err := keyOf(i.keyFunc, obj)
@@ -371,7 +444,7 @@ func (i *Indexer[K, T]) Replace(list []T, resourceVersion string) error {
 				errs = append(errs, err)
 				continue
 			}
-			c.set(key, obj, vals)
+			c.set(defs, key, obj, vals)
 		}
 		i.mu.Lock()
 		if i.defs.Load() == defs {
@@ -469,8 +542,9 @@ func (i *Indexer[K, T]) All() iter.Seq2[K, T] {
 	}
 }
 
-// index returns the named index; the caller must hold the lock.
-func (i *Indexer[K, T]) indexLocked(name string) (int, *index[K], error) {
+// indexLocked returns the position of the named index and the index. The
+// caller must hold the lock.
+func (i *Indexer[K, T]) indexLocked(name string) (int, index[K], error) {
 	j := i.defs.Load().lookup(name)
 	if j < 0 {
 		return -1, nil, fmt.Errorf("%w %q", ErrUnknownIndex, name)
@@ -502,12 +576,12 @@ func (i *Indexer[K, T]) Index(indexName string, obj T) ([]T, error) {
 	ix := i.contents.indexes[j]
 	if len(vals) == 1 {
 		// The common case needs no deduplication.
-		return i.objectsLocked(ix.byValue[vals[0]]), nil
+		return i.objectsLocked(ix[vals[0]]), nil
 	}
 	seen := make(map[K]struct{})
 	var list []T
 	for _, v := range vals {
-		for key := range ix.byValue[v] {
+		for key := range ix[v] {
 			if _, dup := seen[key]; !dup {
 				seen[key] = struct{}{}
 				list = append(list, i.contents.items[key])
@@ -517,7 +591,8 @@ func (i *Indexer[K, T]) Index(indexName string, obj T) ([]T, error) {
 	return list, nil
 }
 
-// objectsLocked returns the objects stored under keys.
+// objectsLocked returns the objects stored under keys. The caller must
+// hold the lock.
 func (i *Indexer[K, T]) objectsLocked(keys map[K]struct{}) []T {
 	list := make([]T, 0, len(keys))
 	for key := range keys {
@@ -537,7 +612,7 @@ func (i *Indexer[K, T]) ByIndex(indexName, indexedValue string) ([]T, error) {
 	if err != nil {
 		return nil, err
 	}
-	return i.objectsLocked(ix.byValue[indexedValue]), nil
+	return i.objectsLocked(ix[indexedValue]), nil
 }
 
 // IndexKeys returns the keys of the objects that have indexedValue among
@@ -550,7 +625,7 @@ func (i *Indexer[K, T]) IndexKeys(indexName, indexedValue string) ([]K, error) {
 	if err != nil {
 		return nil, err
 	}
-	set := ix.byValue[indexedValue]
+	set := ix[indexedValue]
 	keys := make([]K, 0, len(set))
 	for key := range set {
 		keys = append(keys, key)
@@ -575,16 +650,15 @@ func (i *Indexer[K, T]) ByIndexAll(indexName, indexedValue string) iter.Seq2[K, 
 			return
 		}
 		gen := i.gen
-		for key := range ix.byValue[indexedValue] {
-			if i.gen != gen && !slices.Contains(i.contents.indexes[j].byKey[key], indexedValue) {
-				// A Replace swapped the maps while the lock was released
-				// and the key no longer has the value.
-				continue
+		for key := range ix[indexedValue] {
+			if i.gen != gen {
+				// A Replace swapped the maps while the lock was released:
+				// check the key against the current index.
+				if _, ok := i.contents.indexes[j][indexedValue][key]; !ok {
+					continue
+				}
 			}
-			obj, ok := i.contents.items[key]
-			if !ok {
-				continue
-			}
+			obj := i.contents.items[key]
 			i.mu.RUnlock()
 			if !yield(key, obj) {
 				return
@@ -605,8 +679,8 @@ func (i *Indexer[K, T]) ListIndexFuncValues(indexName string) []string {
 	if err != nil {
 		return nil
 	}
-	vals := make([]string, 0, len(ix.byValue))
-	for v := range ix.byValue {
+	vals := make([]string, 0, len(ix))
+	for v := range ix {
 		vals = append(vals, v)
 	}
 	return vals
@@ -639,7 +713,7 @@ func (i *Indexer[K, T]) AddIndexers(newIndexers Indexers[T]) error {
 			return err
 		}
 		for j, ix := range c.indexes {
-			ix.update(key, vals[j])
+			ix.add(key, vals[j])
 		}
 	}
 	i.contents.indexes = append(slices.Clip(i.contents.indexes), c.indexes...)

@@ -1,6 +1,7 @@
 package mirror
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
 	"testing"
@@ -29,7 +30,7 @@ type benchKey struct{ ns, name string }
 
 type benchObj struct {
 	benchKey
-	v int
+	_ [4]int64 // the rest of a small object: an etcd value, say
 }
 
 func benchKeyOf(o *benchObj) (benchKey, error) { return o.benchKey, nil }
@@ -53,75 +54,66 @@ func newBenchIndexer(b *testing.B) (*Indexer[benchKey, *benchObj], []*benchObj) 
 	return i, objs
 }
 
+// benchIndexer runs op for successive keys of a full bench Indexer and
+// reports its rate in unit. op gets the key and the two versions of the
+// object stored under it: the stored one and one in another namespace.
+func benchIndexer(b *testing.B, unit string, op func(i *Indexer[benchKey, *benchObj], key benchKey, o, moved *benchObj) error) {
+	i, objs := newBenchIndexer(b)
+	moved := make([]*benchObj, len(objs))
+	for n, o := range objs {
+		// Into the next namespace, so that no value's set empties.
+		moved[n] = &benchObj{benchKey: benchKey{ns: objs[(n+1)%len(objs)].ns, name: o.name}}
+	}
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		k := n % benchKeys
+		if err := op(i, objs[k].benchKey, objs[k], moved[k]); err != nil {
+			b.Fatal(err)
+		}
+		n++
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), unit)
+}
+
 func BenchmarkIndexer_Set(b *testing.B) {
 	b.Run("same namespace", func(b *testing.B) {
-		i, objs := newBenchIndexer(b)
-		b.ReportAllocs()
-		n := 0
-		for b.Loop() {
-			o := objs[n%benchKeys]
-			if _, _, err := i.Set(o.benchKey, o); err != nil {
-				b.Fatal(err)
-			}
-			n++
-		}
-		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "sets/s")
+		benchIndexer(b, "sets/s", func(i *Indexer[benchKey, *benchObj], key benchKey, o, _ *benchObj) error {
+			_, _, err := i.Set(key, o)
+			return err
+		})
 	})
 	b.Run("namespace moves", func(b *testing.B) {
-		i, objs := newBenchIndexer(b)
-		// Two versions of every object, in different namespaces, under
-		// the same key.
-		moved := make([]*benchObj, len(objs))
-		for n, o := range objs {
-			moved[n] = &benchObj{benchKey: benchKey{ns: "elsewhere", name: o.name}}
-		}
-		b.ReportAllocs()
-		n := 0
-		for b.Loop() {
-			o := objs[n%benchKeys]
-			if (n/benchKeys)%2 == 0 {
-				o = moved[n%benchKeys]
+		benchIndexer(b, "move+back/s", func(i *Indexer[benchKey, *benchObj], key benchKey, o, moved *benchObj) error {
+			// Both Sets change the object's namespace.
+			if _, _, err := i.Set(key, moved); err != nil {
+				return err
 			}
-			if _, _, err := i.Set(o.benchKey, o); err != nil {
-				b.Fatal(err)
-			}
-			n++
-		}
-		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "sets/s")
+			_, _, err := i.Set(key, o)
+			return err
+		})
 	})
-	b.Run("add and delete", func(b *testing.B) {
-		i, objs := newBenchIndexer(b)
-		b.ReportAllocs()
-		n := 0
-		for b.Loop() {
-			o := objs[n%benchKeys]
-			i.DeleteKey(o.benchKey)
-			if _, _, err := i.Set(o.benchKey, o); err != nil {
-				b.Fatal(err)
-			}
-			n++
-		}
-		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "delete+set/s")
+	b.Run("delete and add", func(b *testing.B) {
+		benchIndexer(b, "delete+set/s", func(i *Indexer[benchKey, *benchObj], key benchKey, o, _ *benchObj) error {
+			i.DeleteKey(key)
+			_, _, err := i.Set(key, o)
+			return err
+		})
 	})
 }
 
 func BenchmarkIndexer_GetByKey(b *testing.B) {
-	i, objs := newBenchIndexer(b)
-	b.ReportAllocs()
-	n := 0
-	for b.Loop() {
-		o := objs[n%benchKeys]
-		if _, ok := i.GetByKey(o.benchKey); !ok {
-			b.Fatal("missing")
+	benchIndexer(b, "gets/s", func(i *Indexer[benchKey, *benchObj], key benchKey, _, _ *benchObj) error {
+		if _, ok := i.GetByKey(key); !ok {
+			return errors.New("missing")
 		}
-		n++
-	}
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "gets/s")
+		return nil
+	})
 }
 
 // BenchmarkIndexer_IndexFunc measures one call of the index function used
-// above: the cost a Set would pay again if the Indexer recomputed the old
-// object's values instead of remembering them.
+// above: what Set pays to recompute the replaced object's values rather
+// than remember them (see the index type).
 func BenchmarkIndexer_IndexFunc(b *testing.B) {
 	o := &benchObj{benchKey: benchKey{ns: "ns-1", name: "obj-1"}}
 	b.ReportAllocs()

@@ -53,7 +53,7 @@ func checkIndexes[K comparable, T any](t testing.TB, i *Indexer[K, T]) {
 	defs := i.defs.Load()
 	require.Len(t, i.contents.indexes, len(defs.funcs))
 	for j, ix := range i.contents.indexes {
-		want := map[string]map[K]struct{}{}
+		want := index[K]{}
 		for key, obj := range i.contents.items {
 			var vals []string
 			if f := defs.funcs[j]; f != nil {
@@ -61,20 +61,9 @@ func checkIndexes[K comparable, T any](t testing.TB, i *Indexer[K, T]) {
 				vals, err = f(obj)
 				require.NoError(t, err)
 			}
-			for _, v := range vals {
-				if want[v] == nil {
-					want[v] = map[K]struct{}{}
-				}
-				want[v][key] = struct{}{}
-			}
-			if len(vals) > 0 {
-				require.Equal(t, vals, ix.byKey[key], "index %q remembers the values of %v", defs.names[j], key)
-			}
+			want.add(key, vals)
 		}
-		require.Equal(t, want, ix.byValue, "index %q", defs.names[j])
-		for key := range ix.byKey {
-			require.Contains(t, i.contents.items, key, "index %q remembers only stored keys", defs.names[j])
-		}
+		require.Equal(t, want, ix, "index %q", defs.names[j])
 	}
 }
 
@@ -297,16 +286,41 @@ func TestIndexer_SetAndDeleteKeyReturnOldValues(t *testing.T) {
 	assert.Zero(t, i.Len())
 }
 
-func TestIndexer_UpdateCallsIndexFuncOnlyOnNewObject(t *testing.T) {
-	var calls []int
-	i := NewIndexer(testKey, Indexers[testObj]{"ns": func(o testObj) ([]string, error) {
-		calls = append(calls, o.v)
-		return []string{o.ns}, nil
-	}})
-	require.NoError(t, i.Add(testObj{ns: "a", name: "x", v: 1}))
-	require.NoError(t, i.Update(testObj{ns: "a", name: "x", v: 2}))
-	i.DeleteKey("a/x")
-	assert.Equal(t, []int{1, 2}, calls, "neither the update nor the delete recomputes the old object's values")
+func TestIndexer_IndexFuncFailingOnStoredObjectStillRemovesEntries(t *testing.T) {
+	tests := []struct {
+		name  string
+		write func(t *testing.T, i *Indexer[string, testObj])
+		want  []string // sorted label values left
+	}{
+		{"update", func(t *testing.T, i *Indexer[string, testObj]) {
+			require.NoError(t, i.Update(testObj{name: "x", labels: []string{"l3"}, v: 2}))
+		}, []string{"l0", "l3"}},
+		{"delete", func(t *testing.T, i *Indexer[string, testObj]) {
+			_, existed := i.DeleteKey("/x")
+			require.True(t, existed)
+		}, []string{"l0"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			failOld := false
+			// A non-deterministic index function: once failOld is set it
+			// fails on the objects of version 1 it succeeded on before.
+			label := func(o testObj) ([]string, error) {
+				if failOld && o.v == 1 {
+					return nil, errBad
+				}
+				return o.labels, nil
+			}
+			i := NewIndexer(testKey, Indexers[testObj]{"label": label})
+			require.NoError(t, i.Add(testObj{name: "x", labels: []string{"l1", "l2"}, v: 1}))
+			require.NoError(t, i.Add(testObj{name: "y", labels: []string{"l0"}}))
+			failOld = true
+			tt.write(t, i)
+			failOld = false
+			checkIndexes(t, i)
+			assert.Equal(t, tt.want, slices.Sorted(slices.Values(i.ListIndexFuncValues("label"))))
+		})
+	}
 }
 
 func TestIndexer_ObjectChangedInPlaceStillLeavesOldValue(t *testing.T) {
