@@ -540,7 +540,7 @@ func TestIndexer_ResultsAreCopies(t *testing.T) {
 
 	list := i.List()
 	list[0].v = 99
-	list = append(list[:0], testObj{name: "intruder"})
+	_ = append(list[:1], testObj{name: "intruder"})
 	keys := i.ListKeys()
 	keys[0] = "intruder"
 	byIdx, err := i.ByIndex("ns", "a")
@@ -554,7 +554,6 @@ func TestIndexer_ResultsAreCopies(t *testing.T) {
 	indexers := i.GetIndexers()
 	indexers["intruder"] = byNamespace
 	delete(indexers, "ns")
-	_ = list
 
 	for _, o := range i.List() {
 		assert.Equal(t, 1, o.v)
@@ -649,8 +648,7 @@ func TestIndexer_AllDuringReplaceYieldsOnlyCurrentObjects(t *testing.T) {
 		if replaced {
 			assert.Equal(t, 2, o.v, "%s yielded from the replaced content", k)
 			assert.Contains(t, []string{"0", "2", "4", "6", "8"}, o.name)
-		}
-		if !replaced {
+		} else {
 			require.NoError(t, i.Replace(next, ""))
 			replaced = true
 		}
@@ -672,8 +670,7 @@ func TestIndexer_ByIndexAllDuringReplaceYieldsOnlyMatchingObjects(t *testing.T) 
 	for _, o := range i.ByIndexAll("label", "a") {
 		if replaced {
 			assert.Equal(t, []string{"a"}, o.labels, "%s no longer has the value", o.name)
-		}
-		if !replaced {
+		} else {
 			require.NoError(t, i.Replace(next, ""))
 			replaced = true
 		}
