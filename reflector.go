@@ -34,7 +34,7 @@ var errVeryShortWatch = errors.New("very short watch: ended in under a second wi
 
 // errNoWatcher is reported when a ListWatcher's Watch returns neither a
 // Watcher nor an error.
-var errNoWatcher = errors.New("Watch returned a nil Watcher and no error")
+var errNoWatcher = errors.New("nil Watcher and nil error from Watch")
 
 // errStreamCut is reported when a streaming list ends before the bookmark
 // that closes its initial events.

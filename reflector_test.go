@@ -19,11 +19,11 @@ import (
 
 // Errors as a source would return them: wrapped, found by errors.Is.
 var (
-	errBoom        = errors.New("boom")
-	srcExpired     = fmt.Errorf("source: compacted: %w", ErrExpired)
-	srcTooLarge    = fmt.Errorf("source: lagging: %w", ErrTooLargeResourceVersion)
-	srcUnavailable = fmt.Errorf("source: no leader: %w", ErrUnavailable)
-	srcUnsupported = fmt.Errorf("source: no streaming: %w", errors.ErrUnsupported)
+	errBoom           = errors.New("boom")
+	errSrcExpired     = fmt.Errorf("source: compacted: %w", ErrExpired)
+	errSrcTooLarge    = fmt.Errorf("source: lagging: %w", ErrTooLargeResourceVersion)
+	errSrcUnavailable = fmt.Errorf("source: no leader: %w", ErrUnavailable)
+	errSrcUnsupported = fmt.Errorf("source: no streaming: %w", errors.ErrUnsupported)
 )
 
 // noJitter makes pauses exact, so tests can compare them.
@@ -98,7 +98,7 @@ func TestReflector_GoneVersionOnListRelistsConsistentlyAtOnce(t *testing.T) {
 	}{{
 		name: "first page expired",
 		script: func(lw *fakeLW) {
-			lw.listErr(srcExpired)
+			lw.listErr(errSrcExpired)
 			lw.page("20", "", tobj{"a", "1"})
 		},
 		wantLists: []ListOptions{{ResourceVersion: "0", Limit: 2}, {ResourceVersion: "", Limit: 2}},
@@ -107,7 +107,7 @@ func TestReflector_GoneVersionOnListRelistsConsistentlyAtOnce(t *testing.T) {
 		name: "continuation expired: relist from scratch",
 		script: func(lw *fakeLW) {
 			lw.page("10", "c1", tobj{"a", "1"}, tobj{"b", "1"})
-			lw.listErr(srcExpired)
+			lw.listErr(errSrcExpired)
 			lw.page("20", "", tobj{"b", "2"})
 		},
 		wantLists: []ListOptions{
@@ -119,9 +119,9 @@ func TestReflector_GoneVersionOnListRelistsConsistentlyAtOnce(t *testing.T) {
 	}, {
 		name: "consistent list's continuation expired: read in one request",
 		script: func(lw *fakeLW) {
-			lw.listErr(srcExpired)
+			lw.listErr(errSrcExpired)
 			lw.page("20", "c1", tobj{"a", "1"}, tobj{"b", "1"})
-			lw.listErr(srcExpired)
+			lw.listErr(errSrcExpired)
 			lw.page("30", "", tobj{"a", "1"}, tobj{"b", "1"}, tobj{"c", "1"})
 		},
 		wantLists: []ListOptions{
@@ -136,7 +136,7 @@ func TestReflector_GoneVersionOnListRelistsConsistentlyAtOnce(t *testing.T) {
 		script: func(lw *fakeLW) {
 			lw.page("10", "")
 			lw.watch(added("a", "1", "12"), end(errBoom))
-			lw.listErr(srcTooLarge)
+			lw.listErr(errSrcTooLarge)
 			lw.page("15", "", tobj{"a", "1"})
 		},
 		wantLists: []ListOptions{
@@ -173,8 +173,8 @@ func TestReflector_GoneVersionOnListRelistsConsistentlyAtOnce(t *testing.T) {
 func TestReflector_GoneVersionOnConsistentListBacksOff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newRig(ReflectorOptions{Jitter: noJitter})
-		g.lw.listErr(srcExpired)
-		g.lw.listErr(srcExpired)
+		g.lw.listErr(errSrcExpired)
+		g.lw.listErr(errSrcExpired)
 		g.start(t)
 		synctest.Wait()
 		time.Sleep(time.Second) // advance the fake clock past the pause
@@ -192,7 +192,7 @@ func TestReflector_TooLargeWatchRelistsConsistentlyNotInALoop(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newRig(ReflectorOptions{})
 		g.lw.page("10", "")
-		g.lw.watchErr(srcTooLarge)
+		g.lw.watchErr(errSrcTooLarge)
 		g.lw.page("20", "")
 		g.start(t)
 		synctest.Wait()
@@ -354,8 +354,8 @@ func TestReflector_ExpiredWatchRelistsAtLastVersionThenConsistent(t *testing.T) 
 		script func(lw *fakeLW)
 		lastRV string
 	}{
-		{name: "from Watch", script: func(lw *fakeLW) { lw.watchErr(srcExpired) }, lastRV: "10"},
-		{name: "from Next", script: func(lw *fakeLW) { lw.watch(added("a", "1", "11"), end(srcExpired)) }, lastRV: "11"},
+		{name: "from Watch", script: func(lw *fakeLW) { lw.watchErr(errSrcExpired) }, lastRV: "10"},
+		{name: "from Next", script: func(lw *fakeLW) { lw.watch(added("a", "1", "11"), end(errSrcExpired)) }, lastRV: "11"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -363,7 +363,7 @@ func TestReflector_ExpiredWatchRelistsAtLastVersionThenConsistent(t *testing.T) 
 				g := newRig(ReflectorOptions{})
 				g.lw.page("10", "")
 				tt.script(g.lw)
-				g.lw.listErr(srcExpired) // the last version is gone for List too
+				g.lw.listErr(errSrcExpired) // the last version is gone for List too
 				g.lw.page("20", "")
 				g.start(t)
 				synctest.Wait()
@@ -385,7 +385,7 @@ func TestReflector_SourceThatKeepsExpiringIsPacedByBackoff(t *testing.T) {
 		g := newRig(ReflectorOptions{Jitter: noJitter})
 		for range 4 {
 			g.lw.page("10", "")
-			g.lw.watchErr(srcExpired)
+			g.lw.watchErr(errSrcExpired)
 		}
 		g.start(t)
 		synctest.Wait()
@@ -408,8 +408,8 @@ func TestReflector_UnavailableWatchPausesAndRewatchesWithoutRelist(t *testing.T)
 		script func(lw *fakeLW)
 		lastRV string
 	}{
-		{name: "from Watch", script: func(lw *fakeLW) { lw.watchErr(srcUnavailable) }, lastRV: "10"},
-		{name: "from Next", script: func(lw *fakeLW) { lw.watch(added("a", "1", "11"), end(srcUnavailable)) }, lastRV: "11"},
+		{name: "from Watch", script: func(lw *fakeLW) { lw.watchErr(errSrcUnavailable) }, lastRV: "10"},
+		{name: "from Next", script: func(lw *fakeLW) { lw.watch(added("a", "1", "11"), end(errSrcUnavailable)) }, lastRV: "11"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -661,7 +661,7 @@ func TestReflector_RunReturnsPromptlyWhenContextEnds(t *testing.T) {
 		{name: "mid-watch with resync", opts: ReflectorOptions{ResyncPeriod: time.Second},
 			script: func(lw *fakeLW) { lw.page("10", ""); lw.watch() }},
 		{name: "mid-backoff", script: func(lw *fakeLW) { lw.listErr(errBoom) }},
-		{name: "mid-unavailable-pause", script: func(lw *fakeLW) { lw.page("10", ""); lw.watchErr(srcUnavailable) }},
+		{name: "mid-unavailable-pause", script: func(lw *fakeLW) { lw.page("10", ""); lw.watchErr(errSrcUnavailable) }},
 		{name: "mid-very-short-watch-pause", script: func(lw *fakeLW) { lw.page("10", ""); lw.watch(end(io.EOF)) }},
 		{name: "mid-streaming-list", opts: ReflectorOptions{StreamingList: true},
 			script: func(lw *fakeLW) { lw.watch(added("a", "1", "5")) }},
@@ -745,8 +745,8 @@ func TestReflector_StreamingListFallsBackToListWhenUnsupported(t *testing.T) {
 		name   string
 		script func(lw *fakeLW)
 	}{
-		{name: "from Watch", script: func(lw *fakeLW) { lw.watchErr(srcUnsupported) }},
-		{name: "from Next", script: func(lw *fakeLW) { lw.watch(end(srcUnsupported)) }},
+		{name: "from Watch", script: func(lw *fakeLW) { lw.watchErr(errSrcUnsupported) }},
+		{name: "from Next", script: func(lw *fakeLW) { lw.watch(end(errSrcUnsupported)) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -801,8 +801,8 @@ func TestReflector_StreamingListCutBeforeEndIsRetried(t *testing.T) {
 func TestReflector_StreamingRelistStartsAtLastVersionThenConsistent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newRig(ReflectorOptions{StreamingList: true})
-		g.lw.watch(initialEnd("8"), added("a", "1", "9"), end(srcExpired))
-		g.lw.watchErr(srcExpired)
+		g.lw.watch(initialEnd("8"), added("a", "1", "9"), end(errSrcExpired))
+		g.lw.watchErr(errSrcExpired)
 		g.lw.watch(initialEnd("20"))
 		g.start(t)
 		synctest.Wait()
@@ -896,7 +896,7 @@ func TestReflector_StatsCountWhatHappened(t *testing.T) {
 		g := newRig(ReflectorOptions{})
 		g.lw.page("10", "")
 		g.lw.watch(added("a", "1", "11"), bookmark("12"), end(io.EOF))
-		g.lw.watch(end(srcExpired))
+		g.lw.watch(end(errSrcExpired))
 		g.lw.page("20", "")
 		g.lw.watch()
 		g.start(t)
