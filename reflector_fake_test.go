@@ -141,7 +141,7 @@ type step struct {
 	err   error
 }
 
-func added(key, val, rv string) step {
+func addedEvent(key, val, rv string) step {
 	return step{ev: Event[tobj]{Type: EventAdded, Object: tobj{key, val}, ResourceVersion: rv}}
 }
 
@@ -149,7 +149,7 @@ func modified(key, val, rv string) step {
 	return step{ev: Event[tobj]{Type: EventModified, Object: tobj{key, val}, ResourceVersion: rv}}
 }
 
-func deleted(key, val, rv string) step {
+func deletedEvent(key, val, rv string) step {
 	return step{ev: Event[tobj]{Type: EventDeleted, Object: tobj{key, val}, ResourceVersion: rv}}
 }
 
