@@ -378,15 +378,7 @@ func (r *Reflector[T]) listPages(ctx context.Context, rv string, limit int64) (i
 // events up to the bookmark that closes them and replaces the store's
 // content with them. It returns the stream, still open, to be watched on.
 func (r *Reflector[T]) streamList(ctx context.Context, rv string) (Watcher[T], error) {
-	w, err := r.lw.Watch(ctx, WatchOptions{
-		ResourceVersion:   rv,
-		AllowBookmarks:    true,
-		SendInitialEvents: true,
-		Timeout:           r.watchTimeout(),
-	})
-	if err == nil && w == nil {
-		err = errNoWatcher
-	}
+	w, err := r.openWatch(ctx, rv, true)
 	if err != nil {
 		if isUnsupported(err) || ctx.Err() != nil {
 			return nil, err
@@ -471,14 +463,7 @@ func (r *Reflector[T]) watch(ctx context.Context, w Watcher[T]) (relistNow bool)
 		if w == nil {
 			start = time.Now()
 			var err error
-			w, err = r.lw.Watch(ctx, WatchOptions{
-				ResourceVersion: rv,
-				AllowBookmarks:  true,
-				Timeout:         r.watchTimeout(),
-			})
-			if err == nil && w == nil {
-				err = errNoWatcher
-			}
+			w, err = r.openWatch(ctx, rv, false)
 			if err != nil {
 				if ctx.Err() != nil {
 					return false
@@ -639,9 +624,20 @@ func (r *Reflector[T]) pause(ctx context.Context) bool {
 	}
 }
 
-// watchTimeout returns a random timeout in [WatchTimeout, 2*WatchTimeout).
-func (r *Reflector[T]) watchTimeout() time.Duration {
-	return r.opts.WatchTimeout + rand.N(r.opts.WatchTimeout)
+// openWatch starts a watch from rv, with bookmarks and a random timeout in
+// [WatchTimeout, 2*WatchTimeout); initialEvents asks for a streaming list.
+func (r *Reflector[T]) openWatch(ctx context.Context, rv string, initialEvents bool) (Watcher[T], error) {
+	w, err := r.lw.Watch(ctx, WatchOptions{
+		ResourceVersion:   rv,
+		AllowBookmarks:    true,
+		SendInitialEvents: initialEvents,
+		Timeout:           r.opts.WatchTimeout + rand.N(r.opts.WatchTimeout),
+	})
+	if err == nil && w == nil {
+		// Carrying on would call a nil Watcher.
+		err = errNoWatcher
+	}
+	return w, err
 }
 
 // relistVersion is the version to List at: "0" (any) the first time, when
