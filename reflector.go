@@ -147,7 +147,9 @@ type Reflector[T any] struct {
 	onError func(error)
 
 	// storeMu makes the calls to store one at a time: the periodic resync
-	// runs on its own goroutine while the watch applies events.
+	// runs on its own goroutine while the watch applies events. Without
+	// resync, only Run's goroutine calls the store and storeMu is left
+	// alone (see lockStore).
 	storeMu sync.Mutex
 
 	// reportMu makes the calls to onError one at a time.
@@ -433,9 +435,9 @@ func (r *Reflector[T]) streamFailed(rv string, err error) error {
 
 // replace hands a completed list at version rv to the store.
 func (r *Reflector[T]) replace(items []T, rv string) {
-	r.storeMu.Lock()
+	r.lockStore()
 	err := r.store.Replace(items, rv)
-	r.storeMu.Unlock()
+	r.unlockStore()
 	if err != nil {
 		// The store applied what it could (see ReflectorStore); refusing
 		// the list would only make the Reflector list again and again.
@@ -546,7 +548,7 @@ func (r *Reflector[T]) apply(ev Event[T]) {
 	r.stats.events.Add(1)
 	r.eventsSinceList++
 	var err error
-	r.storeMu.Lock()
+	r.lockStore()
 	switch ev.Type {
 	case EventAdded:
 		err = r.store.Add(ev.Object)
@@ -560,7 +562,7 @@ func (r *Reflector[T]) apply(ev Event[T]) {
 	default:
 		err = fmt.Errorf("unknown event type %v", ev.Type)
 	}
-	r.storeMu.Unlock()
+	r.unlockStore()
 	if err != nil {
 		r.report(r.errorf("%v event at version %q: %w", ev.Type, ev.ResourceVersion, err))
 	}
@@ -595,9 +597,9 @@ func (r *Reflector[T]) startResync(ctx context.Context) (stop func()) {
 			if r.opts.ShouldResync != nil && !r.opts.ShouldResync() {
 				continue
 			}
-			r.storeMu.Lock()
+			r.lockStore()
 			err := r.store.Resync()
-			r.storeMu.Unlock()
+			r.unlockStore()
 			if err != nil {
 				r.report(r.errorf("resync: %w", err))
 			}
@@ -606,6 +608,22 @@ func (r *Reflector[T]) startResync(ctx context.Context) (stop func()) {
 	return func() {
 		cancel()
 		<-done
+	}
+}
+
+// lockStore and unlockStore bracket every call to the store. They lock
+// storeMu only if a resync goroutine may call the store too: every event
+// goes through here, and an uncontended lock still costs a good share of
+// what the Reflector spends on one.
+func (r *Reflector[T]) lockStore() {
+	if r.opts.ResyncPeriod > 0 {
+		r.storeMu.Lock()
+	}
+}
+
+func (r *Reflector[T]) unlockStore() {
+	if r.opts.ResyncPeriod > 0 {
+		r.storeMu.Unlock()
 	}
 }
 

@@ -910,7 +910,8 @@ func (nopStore) Resync() error                { return nil }
 
 // BenchmarkReflector_ApplyWatchEvents measures the Reflector's own cost per
 // watch event: a stream of 1024 events applied to a store that does
-// nothing.
+// nothing, without and with a periodic resync (which serialises the store
+// calls with a lock).
 func BenchmarkReflector_ApplyWatchEvents(b *testing.B) {
 	const perStream = 1024
 	w := &benchWatcher{n: perStream}
@@ -919,16 +920,20 @@ func BenchmarkReflector_ApplyWatchEvents(b *testing.B) {
 			Type: EventModified, Object: tobj{fmt.Sprint("k", i), "v"}, ResourceVersion: fmt.Sprint(100 + i),
 		})
 	}
-	r := NewReflector[tobj](nil, nopStore{}, ReflectorOptions{})
-	ctx := b.Context()
-	b.ReportAllocs()
-	for b.Loop() {
-		w.i = 0
-		if n, err := r.consume(ctx, w); n != perStream || err != io.EOF {
-			b.Fatalf("consumed %d events, ended with %v", n, err)
-		}
+	for _, resync := range []time.Duration{0, time.Hour} {
+		b.Run(fmt.Sprintf("resync=%v", resync > 0), func(b *testing.B) {
+			r := NewReflector[tobj](nil, nopStore{}, ReflectorOptions{ResyncPeriod: resync})
+			ctx := b.Context()
+			b.ReportAllocs()
+			for b.Loop() {
+				w.i = 0
+				if n, err := r.consume(ctx, w); n != perStream || err != io.EOF {
+					b.Fatalf("consumed %d events, ended with %v", n, err)
+				}
+			}
+			events := float64(b.N) * perStream
+			b.ReportMetric(events/b.Elapsed().Seconds(), "events/s")
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/events, "ns/event")
+		})
 	}
-	events := float64(b.N) * perStream
-	b.ReportMetric(events/b.Elapsed().Seconds(), "events/s")
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/events, "ns/event")
 }
