@@ -92,9 +92,9 @@ type ReflectorOptions struct {
 	// *ObjectError) and errors from the store (such as *KeyError). Each
 	// error says what the Reflector was doing and wraps the cause, so
 	// errors.Is and errors.As classify it. Calls are never concurrent, but
-	// they may come from different goroutines; the handler must return
-	// quickly and must not call the Reflector's Run. nil means logging
-	// each error at level Warn through Logger.
+	// they may come from different goroutines, so the handler must
+	// return quickly. nil means logging each error at level Warn through
+	// Logger.
 	ErrorHandler func(err error)
 
 	// Logger receives the Reflector's logs; nil means no logs.
@@ -128,16 +128,33 @@ type reflectorCounters struct {
 	lists, relists, watches, watchRestarts, events, errors atomic.Int64
 }
 
-// Reflector mirrors a ListWatcher into a ReflectorStore: it lists the
-// source and replaces the store's content with the list, then watches the
-// changes after the list's version and applies them in order. When the
-// watch ends it watches again from the last version it saw; when that
-// version is gone it lists again. Failures are reported and retried after
-// an exponential, jittered pause.
+// Reflector mirrors a ListWatcher into a ReflectorStore. It lists the
+// source and hands the list to the store's Replace, then watches the
+// changes after the list's version and applies them in order: EventAdded
+// as Add, EventModified as Update, EventDeleted as Delete; a bookmark only
+// moves the version on. What follows the end of a watch depends on why it
+// ended:
+//
+//   - normally (io.EOF): a watch from the last version seen, at once;
+//     but a watch that lasted under a second without any event is
+//     reported as a very short watch and followed by a pause;
+//   - the source is unavailable (ErrUnavailable): a pause, then a watch
+//     from the last version seen, without a relist;
+//   - the version is gone (ErrExpired, ErrTooLargeResourceVersion): a
+//     relist at once, or after a pause if the previous relist had the
+//     same cause and no event came in since;
+//   - any other error: a pause, then a relist.
+//
+// A list asks for version "0" (any, possibly stale) the first time, for
+// the last version seen afterwards, so that the store never goes back in
+// time, and for "" (the newest, read consistently) once the source said
+// that a version is gone. Pauses grow exponentially with jitter (see
+// ReflectorOptions). Every failure is reported to the ErrorHandler; an
+// object that the source or the store could not take is reported and
+// skipped, and the Reflector goes on.
 //
 // A Reflector is created by NewReflector. Its methods are safe for
-// concurrent use, but Run must not be called while another call of Run on
-// the same Reflector is running.
+// concurrent use.
 type Reflector[T any] struct {
 	lw      ListWatcher[T]
 	store   ReflectorStore[T]
@@ -163,7 +180,8 @@ type Reflector[T any] struct {
 	// for a version the source refused would loop.
 	versionGone bool
 
-	stats reflectorCounters
+	stats   reflectorCounters
+	running atomic.Bool
 
 	// The rest belongs to the goroutine running Run.
 	backoff backoff
@@ -254,8 +272,14 @@ func (r *Reflector[T]) Stats() ReflectorStats {
 // Run lists and watches until ctx is done, then returns once every
 // goroutine it started has stopped and it no longer uses the store. It
 // resets the counters of Stats when it starts. Run may be called again
-// after it returned; it then lists from the last version it saw.
+// after it returned; it then lists from the last version it saw. A call
+// made while Run is running reports an error and returns at once.
 func (r *Reflector[T]) Run(ctx context.Context) {
+	if !r.running.CompareAndSwap(false, true) {
+		r.report(r.errorf("Run called while already running"))
+		return
+	}
+	defer r.running.Store(false)
 	for _, c := range []*atomic.Int64{&r.stats.lists, &r.stats.relists, &r.stats.watches,
 		&r.stats.watchRestarts, &r.stats.events, &r.stats.errors} {
 		c.Store(0)

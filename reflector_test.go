@@ -626,6 +626,19 @@ func TestReflector_RunReturnsPromptlyWhenContextEnds(t *testing.T) {
 	}
 }
 
+func TestReflector_RunWhileRunningReturnsAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newRig(ReflectorOptions{})
+		g.start(t)
+		synctest.Wait()
+		g.r.Run(t.Context()) // returns at once: the test would deadlock otherwise
+		require.Len(t, g.errs.Errors(), 1)
+		assert.ErrorContains(t, g.errs.Errors()[0], "already running")
+		assert.Len(t, g.lw.Lists(), 1)
+		g.stopRun()
+	})
+}
+
 func TestReflector_RunStopsTheWatcher(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newRig(ReflectorOptions{})
