@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 )
 
 // PopFunc processes one popped key: its deltas, oldest first, and whether
@@ -68,26 +67,25 @@ type DeltaFIFOOptions[K comparable, T any] struct {
 // A DeltaFIFO must be created with NewDeltaFIFO. It is safe for concurrent
 // use.
 type DeltaFIFO[K comparable, T any] struct {
-	mu   sync.Mutex
-	cond sync.Cond // L is &mu; broadcast whenever a key is queued or the queue closes
+	queueBase
 
-	// items holds the pending deltas of each queued key (never empty),
-	// and queue holds each of those keys once, in order of first arrival.
-	items map[K]pending[T]
-	queue keyQueue[K]
+	// queue holds one entry per queued key, in order of first arrival,
+	// with the key's pending deltas (never empty); items finds a key's
+	// entry by its sequence number.
+	items map[K]uint64
+	queue seqRing[deltaEntry[K, T]]
 
 	keyFunc      KeyFunc[K, T]
 	known        KnownObjects[K, T]
 	listedType   DeltaType // Sync or Replaced
 	transform    TransformFunc[T]
-	sync         syncState
-	closed       bool
-	replaceEpoch uint64 // numbers Replace calls, see pending.listedIn
+	replaceEpoch uint64 // numbers Replace calls, see deltaEntry.listedIn
 
 	batch []QueuedDeltas[K, T] // PopBatch's buffer, reused under the lock
 }
 
-type pending[T any] struct {
+type deltaEntry[K comparable, T any] struct {
+	key    K
 	deltas Deltas[T]
 	// listedIn is the replaceEpoch of the last Replace that listed the
 	// key. It spares Replace a set of the listed keys: while Replace runs
@@ -104,7 +102,7 @@ func NewDeltaFIFO[K comparable, T any](opts DeltaFIFOOptions[K, T]) *DeltaFIFO[K
 		panic("mirror: NewDeltaFIFO without a KeyFunc")
 	}
 	f := &DeltaFIFO[K, T]{
-		items:      make(map[K]pending[T]),
+		items:      make(map[K]uint64),
 		keyFunc:    opts.KeyFunc,
 		known:      opts.KnownObjects,
 		listedType: Sync,
@@ -113,7 +111,7 @@ func NewDeltaFIFO[K comparable, T any](opts DeltaFIFOOptions[K, T]) *DeltaFIFO[K
 	if opts.EmitDeltaTypeReplaced {
 		f.listedType = Replaced
 	}
-	f.cond.L = &f.mu
+	f.init()
 	return f
 }
 
@@ -137,7 +135,7 @@ func (f *DeltaFIFO[K, T]) add(typ DeltaType, obj T) error {
 	if obj, err = f.transformLocked(key, obj); err != nil {
 		return err
 	}
-	f.sync.populateLocked()
+	f.initial.populateLocked()
 	f.queueLocked(key, Delta[T]{Type: typ, Object: obj})
 	return nil
 }
@@ -155,7 +153,7 @@ func (f *DeltaFIFO[K, T]) Delete(obj T) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.sync.populateLocked()
+	f.initial.populateLocked()
 	if _, queued := f.items[key]; !queued {
 		if f.known == nil {
 			return nil
@@ -184,14 +182,18 @@ func (f *DeltaFIFO[K, T]) transformLocked(key K, obj T) (T, error) {
 }
 
 // queueLocked appends d to key's deltas, queueing the key if needed.
-func (f *DeltaFIFO[K, T]) queueLocked(key K, d Delta[T]) {
-	p, queued := f.items[key]
-	p.deltas = appendDelta(p.deltas, d)
-	f.items[key] = p
-	if !queued {
-		f.queue.push(key)
+func (f *DeltaFIFO[K, T]) queueLocked(key K, d Delta[T]) *deltaEntry[K, T] {
+	var e *deltaEntry[K, T]
+	if seq, queued := f.items[key]; queued {
+		e = f.queue.at(seq)
+		e.deltas = appendDelta(e.deltas, d)
+	} else {
+		seq = f.queue.push(deltaEntry[K, T]{key: key, deltas: Deltas[T]{d}})
+		f.items[key] = seq
+		e = f.queue.at(seq)
 	}
 	f.cond.Broadcast()
+	return e
 }
 
 // appendDelta appends d to ds, except that two deletions in a row collapse
@@ -219,7 +221,7 @@ func appendDelta[T any](ds Deltas[T], d Delta[T]) Deltas[T] {
 func (f *DeltaFIFO[K, T]) AddIfNotPresent(key K, deltas Deltas[T]) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.sync.populateLocked()
+	f.initial.populateLocked()
 	if len(deltas) > 0 {
 		f.requeueLocked(key, slices.Clone(deltas))
 	}
@@ -231,8 +233,7 @@ func (f *DeltaFIFO[K, T]) requeueLocked(key K, deltas Deltas[T]) {
 	if _, queued := f.items[key]; queued {
 		return
 	}
-	f.items[key] = pending[T]{deltas: deltas}
-	f.queue.push(key)
+	f.items[key] = f.queue.push(deltaEntry[K, T]{key: key, deltas: deltas})
 	f.cond.Broadcast()
 }
 
@@ -266,9 +267,8 @@ func (f *DeltaFIFO[K, T]) Replace(list []T, _ string) error {
 		}
 		if obj, err = f.transformLocked(key, obj); err != nil {
 			errs = append(errs, err)
-			if p, queued := f.items[key]; queued {
-				p.listedIn = epoch
-				f.items[key] = p
+			if seq, queued := f.items[key]; queued {
+				f.queue.at(seq).listedIn = epoch
 			} else {
 				if failed == nil {
 					failed = make(map[K]struct{})
@@ -277,24 +277,14 @@ func (f *DeltaFIFO[K, T]) Replace(list []T, _ string) error {
 			}
 			continue
 		}
-		p, queued := f.items[key]
-		p.deltas = appendDelta(p.deltas, Delta[T]{Type: f.listedType, Object: obj})
-		p.listedIn = epoch
-		f.items[key] = p
-		if !queued {
-			f.queue.push(key)
-		}
+		f.queueLocked(key, Delta[T]{Type: f.listedType, Object: obj}).listedIn = epoch
 	}
 
-	for i := range f.queue.len() {
-		key := f.queue.at(i)
-		p := f.items[key]
-		if p.listedIn == epoch {
-			continue
+	for seq := range f.queue.seqs() {
+		if e := f.queue.at(seq); e.listedIn != epoch {
+			last := e.deltas[len(e.deltas)-1]
+			e.deltas = appendDelta(e.deltas, Delta[T]{Type: Deleted, Object: last.Object, Tombstone: true})
 		}
-		last := p.deltas[len(p.deltas)-1]
-		p.deltas = appendDelta(p.deltas, Delta[T]{Type: Deleted, Object: last.Object, Tombstone: true})
-		f.items[key] = p
 	}
 
 	if f.known != nil {
@@ -305,18 +295,14 @@ func (f *DeltaFIFO[K, T]) Replace(list []T, _ string) error {
 			if _, ok := failed[key]; ok {
 				continue
 			}
-			f.items[key] = pending[T]{deltas: Deltas[T]{{Type: Deleted, Object: obj, Tombstone: true}}}
-			f.queue.push(key)
+			f.queueLocked(key, Delta[T]{Type: Deleted, Object: obj, Tombstone: true})
 		}
 	}
 
 	// Every queued key is now one this Replace listed or tombstoned (or,
 	// rarely, one whose transform failed and that was queued already),
 	// so the initial list is the whole queue.
-	f.sync.replacedLocked(f.queue.len())
-	if f.queue.len() > 0 {
-		f.cond.Broadcast()
-	}
+	f.initial.replacedLocked(f.queue.len())
 	return errors.Join(errs...)
 }
 
@@ -332,15 +318,10 @@ func (f *DeltaFIFO[K, T]) Resync() error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	n := f.queue.len()
 	for key, obj := range f.known.All() {
 		if _, queued := f.items[key]; !queued {
-			f.items[key] = pending[T]{deltas: Deltas[T]{{Type: Sync, Object: obj}}}
-			f.queue.push(key)
+			f.queueLocked(key, Delta[T]{Type: Sync, Object: obj})
 		}
-	}
-	if f.queue.len() > n {
-		f.cond.Broadcast()
 	}
 	return nil
 }
@@ -360,11 +341,11 @@ func (f *DeltaFIFO[K, T]) Get(obj T) (Deltas[T], bool, error) {
 func (f *DeltaFIFO[K, T]) GetByKey(key K) (Deltas[T], bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	p, ok := f.items[key]
+	seq, ok := f.items[key]
 	if !ok {
 		return nil, false
 	}
-	return slices.Clone(p.deltas), true
+	return slices.Clone(f.queue.at(seq).deltas), true
 }
 
 // List returns the newest object of each queued key, in the order the
@@ -372,10 +353,10 @@ func (f *DeltaFIFO[K, T]) GetByKey(key K) (Deltas[T], bool) {
 func (f *DeltaFIFO[K, T]) List() []T {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	list := make([]T, f.queue.len())
-	for i := range list {
-		ds := f.items[f.queue.at(i)].deltas
-		list[i] = ds[len(ds)-1].Object
+	list := make([]T, 0, f.queue.len())
+	for seq := range f.queue.seqs() {
+		ds := f.queue.at(seq).deltas
+		list = append(list, ds[len(ds)-1].Object)
 	}
 	return list
 }
@@ -384,9 +365,9 @@ func (f *DeltaFIFO[K, T]) List() []T {
 func (f *DeltaFIFO[K, T]) ListKeys() []K {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	keys := make([]K, f.queue.len())
-	for i := range keys {
-		keys[i] = f.queue.at(i)
+	keys := make([]K, 0, f.queue.len())
+	for seq := range f.queue.seqs() {
+		keys = append(keys, f.queue.at(seq).key)
 	}
 	return keys
 }
@@ -418,13 +399,13 @@ func (f *DeltaFIFO[K, T]) Len() int {
 func (f *DeltaFIFO[K, T]) Pop(ctx context.Context, process PopFunc[K, T]) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := waitLocked(ctx, &f.cond, &f.queue, &f.closed); err != nil {
+	if err := waitLocked(ctx, &f.queueBase, &f.queue); err != nil {
 		return err
 	}
 	key, deltas, initial := f.popLocked()
 	err := process(key, deltas, initial)
 	if errors.Is(err, ErrRequeue) {
-		f.sync.populateLocked()
+		f.initial.populateLocked()
 		f.requeueLocked(key, deltas)
 	}
 	return err
@@ -440,7 +421,7 @@ func (f *DeltaFIFO[K, T]) Pop(ctx context.Context, process PopFunc[K, T]) error 
 func (f *DeltaFIFO[K, T]) PopBatch(ctx context.Context, maxKeys int, process func(batch []QueuedDeltas[K, T]) error) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := waitLocked(ctx, &f.cond, &f.queue, &f.closed); err != nil {
+	if err := waitLocked(ctx, &f.queueBase, &f.queue); err != nil {
 		return err
 	}
 	batch := f.batch[:0]
@@ -450,7 +431,7 @@ func (f *DeltaFIFO[K, T]) PopBatch(ctx context.Context, maxKeys int, process fun
 	}
 	err := process(batch)
 	if errors.Is(err, ErrRequeue) {
-		f.sync.populateLocked()
+		f.initial.populateLocked()
 		for _, q := range batch {
 			f.requeueLocked(q.Key, q.Deltas)
 		}
@@ -470,10 +451,9 @@ const maxKeptBatch = 1024
 
 // popLocked removes the front key, which must exist, and its deltas.
 func (f *DeltaFIFO[K, T]) popLocked() (K, Deltas[T], bool) {
-	key := f.queue.pop()
-	deltas := f.items[key].deltas
-	delete(f.items, key)
-	return key, deltas, f.sync.poppedLocked()
+	e := f.queue.pop()
+	delete(f.items, e.key)
+	return e.key, e.deltas, f.initial.poppedLocked()
 }
 
 // HasSynced reports whether the queue has handed out its initial list:
@@ -481,21 +461,12 @@ func (f *DeltaFIFO[K, T]) popLocked() (K, Deltas[T], bool) {
 // its tombstones) has been popped, or Add, Update, Delete or
 // AddIfNotPresent was called before any Replace. Once true it stays true.
 // It does not take the lock.
-func (f *DeltaFIFO[K, T]) HasSynced() bool { return f.sync.synced.Load() }
+func (f *DeltaFIFO[K, T]) HasSynced() bool { return f.initial.synced.Load() }
 
 // Close wakes every Pop and PopBatch waiting on an empty queue; from then
 // on they hand out what is still queued and then return ErrClosed.
 // Producers may still add; their deltas are popped too.
-func (f *DeltaFIFO[K, T]) Close() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.closed = true
-	f.cond.Broadcast()
-}
+func (f *DeltaFIFO[K, T]) Close() { f.close() }
 
 // IsClosed reports whether Close was called.
-func (f *DeltaFIFO[K, T]) IsClosed() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.closed
-}
+func (f *DeltaFIFO[K, T]) IsClosed() bool { return f.isClosed() }

@@ -76,6 +76,18 @@ func tombstone(o obj) Delta[obj] { return Delta[obj]{Type: Deleted, Object: o, T
 func synced(o obj) Delta[obj]    { return Delta[obj]{Type: Sync, Object: o} }
 func replaced(o obj) Delta[obj]  { return Delta[obj]{Type: Replaced, Object: o} }
 
+// newTestDeltaFIFO returns a DeltaFIFO of objs keyed by objKey, with
+// known as KnownObjects unless it is nil.
+func newTestDeltaFIFO(known knownMap, emitReplaced bool) *DeltaFIFO[string, obj] {
+	opts := DeltaFIFOOptions[string, obj]{KeyFunc: objKey, EmitDeltaTypeReplaced: emitReplaced}
+	if known != nil {
+		// A nil knownMap in the interface would be a non-nil
+		// KnownObjects that knows nothing.
+		opts.KnownObjects = known
+	}
+	return NewDeltaFIFO(opts)
+}
+
 // popped is one key handed out by Pop.
 type popped struct {
 	key     string
@@ -149,11 +161,7 @@ func TestDeltaFIFO_DeleteOfUnknownKeyIsNoOp(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			opts := DeltaFIFOOptions[string, obj]{KeyFunc: objKey}
-			if tt.known != nil {
-				opts.KnownObjects = tt.known
-			}
-			f := NewDeltaFIFO(opts)
+			f := newTestDeltaFIFO(tt.known, false)
 			if tt.queued {
 				require.NoError(t, f.Add(obj{"a", 1}))
 			}
@@ -327,11 +335,7 @@ func TestDeltaFIFO_ReplaceMakesTombstones(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			opts := DeltaFIFOOptions[string, obj]{KeyFunc: objKey, EmitDeltaTypeReplaced: tt.emitReplaced}
-			if tt.known != nil {
-				opts.KnownObjects = tt.known
-			}
-			f := NewDeltaFIFO(opts)
+			f := newTestDeltaFIFO(tt.known, tt.emitReplaced)
 			if tt.before != nil {
 				tt.before(f)
 			}
@@ -387,11 +391,7 @@ func TestDeltaFIFO_ResyncQueuesKnownObjectsWithoutPendingDeltas(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			opts := DeltaFIFOOptions[string, obj]{KeyFunc: objKey}
-			if tt.known != nil {
-				opts.KnownObjects = tt.known
-			}
-			f := NewDeltaFIFO(opts)
+			f := newTestDeltaFIFO(tt.known, false)
 			if tt.before != nil {
 				tt.before(f)
 			}
@@ -464,11 +464,7 @@ func TestDeltaFIFO_HasSynced(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			opts := DeltaFIFOOptions[string, obj]{KeyFunc: objKey}
-			if tt.known != nil {
-				opts.KnownObjects = tt.known
-			}
-			f := NewDeltaFIFO(opts)
+			f := newTestDeltaFIFO(tt.known, false)
 			var initial []bool
 			for i, op := range tt.ops {
 				fields := strings.Fields(op)

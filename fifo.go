@@ -18,22 +18,21 @@ import (
 //
 // A FIFO must be created with NewFIFO. It is safe for concurrent use.
 type FIFO[K comparable, T any] struct {
-	mu   sync.Mutex
-	cond sync.Cond // L is &mu; broadcast whenever a key is queued or the queue closes
+	queueBase
 
-	// items holds one entry per queued key, and queue holds each of those
-	// keys once. An entry whose value was deleted stays queued so that
-	// deleting needs no search through the queue; Pop drops it.
-	items map[K]fifoItem[T]
-	queue keyQueue[K]
-	live  int // entries in items that hold a value
+	// queue holds one entry per queued key, in pop order, and items
+	// finds a key's entry by its sequence number. An entry whose value was
+	// deleted stays queued, so that deleting needs no search through the
+	// queue; Pop drops it.
+	items map[K]uint64
+	queue seqRing[fifoEntry[K, T]]
+	live  int // entries that hold a value
 
 	keyFunc KeyFunc[K, T]
-	sync    syncState
-	closed  bool
 }
 
-type fifoItem[T any] struct {
+type fifoEntry[K comparable, T any] struct {
+	key     K
 	obj     T
 	deleted bool
 }
@@ -44,8 +43,8 @@ func NewFIFO[K comparable, T any](keyFunc KeyFunc[K, T]) *FIFO[K, T] {
 	if keyFunc == nil {
 		panic("mirror: NewFIFO with a nil KeyFunc")
 	}
-	f := &FIFO[K, T]{items: make(map[K]fifoItem[T]), keyFunc: keyFunc}
-	f.cond.L = &f.mu
+	f := &FIFO[K, T]{items: make(map[K]uint64), keyFunc: keyFunc}
+	f.init()
 	return f
 }
 
@@ -55,17 +54,7 @@ var _ Store[string, int] = (*FIFO[string, int])(nil)
 // popped, and queues the key if it is not queued. A key that stays queued
 // keeps its place. If the key function fails, Add returns a *KeyError and
 // changes nothing.
-func (f *FIFO[K, T]) Add(obj T) error {
-	key, err := keyOf(f.keyFunc, obj)
-	if err != nil {
-		return err
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.sync.populateLocked()
-	f.putLocked(key, obj, true)
-	return nil
-}
+func (f *FIFO[K, T]) Add(obj T) error { return f.put(obj, true) }
 
 // Update is Add: a FIFO does not tell new objects from changed ones.
 func (f *FIFO[K, T]) Update(obj T) error { return f.Add(obj) }
@@ -75,32 +64,37 @@ func (f *FIFO[K, T]) Update(obj T) error { return f.Add(obj) }
 // to put back an object it failed to process without clobbering a newer
 // value a producer stored meanwhile. If the key function fails it returns
 // a *KeyError and changes nothing.
-func (f *FIFO[K, T]) AddIfNotPresent(obj T) error {
+func (f *FIFO[K, T]) AddIfNotPresent(obj T) error { return f.put(obj, false) }
+
+func (f *FIFO[K, T]) put(obj T, overwrite bool) error {
 	key, err := keyOf(f.keyFunc, obj)
 	if err != nil {
 		return err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.sync.populateLocked()
-	f.putLocked(key, obj, false)
+	f.initial.populateLocked()
+	f.putLocked(key, obj, overwrite)
 	return nil
 }
 
 // putLocked stores obj under key, queueing the key if it is not queued.
 // If overwrite is false, an existing value is kept.
 func (f *FIFO[K, T]) putLocked(key K, obj T, overwrite bool) {
-	it, queued := f.items[key]
-	if queued && !it.deleted && !overwrite {
-		return
-	}
-	if !queued {
-		f.queue.push(key)
-	}
-	if !queued || it.deleted {
+	if seq, queued := f.items[key]; queued {
+		e := f.queue.at(seq)
+		if !e.deleted && !overwrite {
+			return
+		}
+		if e.deleted {
+			e.deleted = false
+			f.live++
+		}
+		e.obj = obj
+	} else {
+		f.items[key] = f.queue.push(fifoEntry[K, T]{key: key, obj: obj})
 		f.live++
 	}
-	f.items[key] = fifoItem[T]{obj: obj}
 	f.cond.Broadcast()
 }
 
@@ -114,12 +108,15 @@ func (f *FIFO[K, T]) Delete(obj T) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.sync.populateLocked()
-	if it, ok := f.items[key]; ok && !it.deleted {
+	f.initial.populateLocked()
+	if seq, queued := f.items[key]; queued {
 		// The key stays queued (removing it would mean searching the
 		// queue); Pop skips it. Dropping the value lets it be collected.
-		f.items[key] = fifoItem[T]{deleted: true}
-		f.live--
+		if e := f.queue.at(seq); !e.deleted {
+			var zero T
+			e.obj, e.deleted = zero, true
+			f.live--
+		}
 	}
 	return nil
 }
@@ -134,31 +131,34 @@ func (f *FIFO[K, T]) Replace(list []T, _ string) error {
 	var errs []error
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	next := make(map[K]fifoItem[T], len(list))
+	vals := make(map[K]T, len(list))
+	var fresh []K // listed keys not queued, in list order
 	for _, obj := range list {
 		key, err := keyOf(f.keyFunc, obj)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		if _, seen := next[key]; !seen {
+		if _, dup := vals[key]; !dup {
 			if _, queued := f.items[key]; !queued {
-				f.queue.push(key)
-				// Mark the key queued in the outgoing map so that a
-				// duplicate in list is not queued twice. The map is
-				// discarded below.
-				f.items[key] = fifoItem[T]{}
+				fresh = append(fresh, key)
 			}
 		}
-		next[key] = fifoItem[T]{obj: obj}
+		vals[key] = obj
 	}
-	f.queue.retain(func(k K) bool {
-		_, ok := next[k]
-		return ok
-	})
-	f.items = next
-	f.live = len(next)
-	f.sync.replacedLocked(f.queue.len())
+	var next seqRing[fifoEntry[K, T]]
+	items := make(map[K]uint64, len(vals))
+	for seq := range f.queue.seqs() {
+		key := f.queue.at(seq).key
+		if obj, listed := vals[key]; listed {
+			items[key] = next.push(fifoEntry[K, T]{key: key, obj: obj})
+		}
+	}
+	for _, key := range fresh {
+		items[key] = next.push(fifoEntry[K, T]{key: key, obj: vals[key]})
+	}
+	f.queue, f.items, f.live = next, items, len(items)
+	f.initial.replacedLocked(f.queue.len())
 	if f.queue.len() > 0 {
 		f.cond.Broadcast()
 	}
@@ -187,8 +187,13 @@ func (f *FIFO[K, T]) Get(obj T) (T, bool, error) {
 func (f *FIFO[K, T]) GetByKey(key K) (T, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	it, ok := f.items[key]
-	return it.obj, ok && !it.deleted
+	seq, ok := f.items[key]
+	if !ok {
+		var zero T
+		return zero, false
+	}
+	e := f.queue.at(seq)
+	return e.obj, !e.deleted
 }
 
 // List returns every stored value, in the order they will be popped.
@@ -232,10 +237,9 @@ func (f *FIFO[K, T]) All() iter.Seq2[K, T] {
 // allLocked yields the queued keys that hold a value, in queue order.
 func (f *FIFO[K, T]) allLocked() iter.Seq2[K, T] {
 	return func(yield func(K, T) bool) {
-		for i := range f.queue.len() {
-			k := f.queue.at(i)
-			if it := f.items[k]; !it.deleted {
-				if !yield(k, it.obj) {
+		for seq := range f.queue.seqs() {
+			if e := f.queue.at(seq); !e.deleted {
+				if !yield(e.key, e.obj) {
 					return
 				}
 			}
@@ -265,21 +269,20 @@ func (f *FIFO[K, T]) Pop(ctx context.Context, process func(key K, obj T, isInIni
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for {
-		if err := waitLocked(ctx, &f.cond, &f.queue, &f.closed); err != nil {
+		if err := waitLocked(ctx, &f.queueBase, &f.queue); err != nil {
 			return err
 		}
-		key := f.queue.pop()
-		it := f.items[key]
-		delete(f.items, key)
-		initial := f.sync.poppedLocked()
-		if it.deleted {
+		e := f.queue.pop()
+		delete(f.items, e.key)
+		initial := f.initial.poppedLocked()
+		if e.deleted {
 			continue
 		}
 		f.live--
-		err := process(key, it.obj, initial)
+		err := process(e.key, e.obj, initial)
 		if errors.Is(err, ErrRequeue) {
-			f.sync.populateLocked()
-			f.putLocked(key, it.obj, false)
+			f.initial.populateLocked()
+			f.putLocked(e.key, e.obj, false)
 		}
 		return err
 	}
@@ -289,70 +292,83 @@ func (f *FIFO[K, T]) Pop(ctx context.Context, process func(key K, obj T, isInIni
 // every key queued by the first Replace has been popped (deleted ones
 // count), or Add, Update, Delete or AddIfNotPresent was called before
 // any Replace. Once true it stays true. It does not take the lock.
-func (f *FIFO[K, T]) HasSynced() bool { return f.sync.synced.Load() }
+func (f *FIFO[K, T]) HasSynced() bool { return f.initial.synced.Load() }
 
 // Close wakes every Pop waiting on an empty FIFO; from then on Pop hands
 // out what is still queued and then returns ErrClosed. Producers may still
 // add; their values are popped too.
-func (f *FIFO[K, T]) Close() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.closed = true
-	f.cond.Broadcast()
-}
+func (f *FIFO[K, T]) Close() { f.close() }
 
 // IsClosed reports whether Close was called.
-func (f *FIFO[K, T]) IsClosed() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.closed
+func (f *FIFO[K, T]) IsClosed() bool { return f.isClosed() }
+
+// queueBase is what FIFO and DeltaFIFO share: the lock, the condition
+// poppers wait on, closing, and the initial-list tracking of HasSynced.
+type queueBase struct {
+	mu      sync.Mutex
+	cond    sync.Cond // L is &mu; broadcast whenever a key is queued or the queue closes
+	closed  bool
+	initial initialList
 }
 
-// syncState tracks the initial population of a queue for HasSynced. Its
-// methods are called with the queue's lock held; synced may be read
-// without it.
-type syncState struct {
+func (q *queueBase) init() { q.cond.L = &q.mu }
+
+func (q *queueBase) close() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.closed = true
+	q.cond.Broadcast()
+}
+
+func (q *queueBase) isClosed() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.closed
+}
+
+// initialList tracks a queue's initial content for HasSynced. Its methods
+// are called with the queue's lock held; synced may be read without it.
+type initialList struct {
 	populated bool
-	initial   int // keys of the first Replace not yet popped
+	left      int // keys queued by the first Replace not yet popped
 	synced    atomic.Bool
 }
 
 // populateLocked records that the queue has content that did not come
 // from a first Replace, so there is no initial list to wait for.
-func (s *syncState) populateLocked() {
+func (s *initialList) populateLocked() {
 	if !s.populated {
 		s.populated = true
-		s.synced.Store(s.initial == 0)
+		s.synced.Store(s.left == 0)
 	}
 }
 
 // replacedLocked records a Replace that left queued keys in the queue;
 // the first one defines the initial list.
-func (s *syncState) replacedLocked(queued int) {
+func (s *initialList) replacedLocked(queued int) {
 	if !s.populated {
-		s.initial = queued
+		s.left = queued
 		s.populateLocked()
 	}
 }
 
 // poppedLocked records that a key was taken from the queue and returns
 // whether it belonged to the initial list, judged before this pop.
-func (s *syncState) poppedLocked() (isInInitialList bool) {
+func (s *initialList) poppedLocked() (isInInitialList bool) {
 	isInInitialList = !s.synced.Load()
-	if s.initial > 0 {
-		s.initial--
-		if s.initial == 0 && s.populated {
+	if s.left > 0 {
+		s.left--
+		if s.left == 0 && s.populated {
 			s.synced.Store(true)
 		}
 	}
 	return isInInitialList
 }
 
-// waitLocked waits on cond, with its lock held, until q is not empty. It
-// returns ctx.Err() if ctx is done (even when q is not empty, so that a
-// cancelled consumer stops at once), or ErrClosed if *closed and q is
-// empty.
-func waitLocked[K any](ctx context.Context, cond *sync.Cond, q *keyQueue[K], closed *bool) error {
+// waitLocked waits, with b's lock held, until q is not empty. It returns
+// ctx.Err() if ctx is done (even when q is not empty, so that a cancelled
+// consumer stops at once), or ErrClosed if b is closed and q is empty.
+func waitLocked[E any](ctx context.Context, b *queueBase, q *seqRing[E]) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -365,95 +381,93 @@ func waitLocked[K any](ctx context.Context, cond *sync.Cond, q *keyQueue[K], clo
 	var stop func() bool
 	if ctx.Done() != nil {
 		stop = context.AfterFunc(ctx, func() {
-			cond.L.Lock()
-			cond.Broadcast()
-			cond.L.Unlock()
+			b.mu.Lock()
+			b.cond.Broadcast()
+			b.mu.Unlock()
 		})
 		defer stop()
 	}
 	for q.len() == 0 {
-		if *closed {
+		if b.closed {
 			return ErrClosed
 		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		cond.Wait()
+		b.cond.Wait()
 	}
 	return ctx.Err()
 }
 
-// keyQueue is a FIFO of keys in a ring buffer whose size is a power of
-// two. Unlike re-slicing a slice (q = q[1:]), popping frees the slot for
-// reuse, so a long-lived queue does not keep reallocating; it also shrinks
-// when mostly empty, so a burst does not pin memory forever.
-type keyQueue[K any] struct {
-	buf  []K
-	head int
-	n    int
+// seqRing is a FIFO of entries in a ring buffer, addressed by sequence
+// number: push numbers entries consecutively, and an entry keeps its
+// number until it is popped, however the ring grows or shrinks (the entry
+// numbered seq always sits at seq modulo the buffer's size, a power of
+// two). So a map from key to sequence number finds a queued entry without
+// being touched by the pops of other entries.
+//
+// Unlike re-slicing (q = q[1:]), popping frees the slot for reuse, so a
+// long-lived queue does not keep reallocating; and the buffer shrinks when
+// mostly empty, so a burst does not pin memory for good.
+type seqRing[E any] struct {
+	buf  []E
+	head uint64 // sequence number of the front entry
+	tail uint64 // sequence number the next push gets
 }
 
-const keyQueueMinSize = 16
+const seqRingMinSize = 16
 
-func (q *keyQueue[K]) len() int { return q.n }
+func (r *seqRing[E]) len() int { return int(r.tail - r.head) }
 
-// at returns the i-th key from the front; 0 <= i < q.len().
-func (q *keyQueue[K]) at(i int) K { return q.buf[(q.head+i)&(len(q.buf)-1)] }
+// at returns the queued entry numbered seq; head <= seq < tail.
+func (r *seqRing[E]) at(seq uint64) *E { return &r.buf[seq&uint64(len(r.buf)-1)] }
 
-func (q *keyQueue[K]) push(k K) {
-	if q.n == len(q.buf) {
-		q.resize(max(2*len(q.buf), keyQueueMinSize))
+// seqs yields the sequence numbers of the queued entries, front first.
+// The ring must not change during the loop.
+func (r *seqRing[E]) seqs() iter.Seq[uint64] {
+	return func(yield func(uint64) bool) {
+		for seq := r.head; seq != r.tail; seq++ {
+			if !yield(seq) {
+				return
+			}
+		}
 	}
-	q.buf[(q.head+q.n)&(len(q.buf)-1)] = k
-	q.n++
 }
 
-// pop removes and returns the front key; the queue must not be empty.
-func (q *keyQueue[K]) pop() K {
-	k := q.buf[q.head]
-	var zero K
-	q.buf[q.head] = zero // let a key that holds pointers be collected
-	q.head = (q.head + 1) & (len(q.buf) - 1)
-	q.n--
+// push appends e and returns its sequence number.
+func (r *seqRing[E]) push(e E) uint64 {
+	if r.len() == len(r.buf) {
+		r.resize(max(2*len(r.buf), seqRingMinSize))
+	}
+	seq := r.tail
+	*r.at(seq) = e
+	r.tail++
+	return seq
+}
+
+// pop removes and returns the front entry; the ring must not be empty.
+func (r *seqRing[E]) pop() E {
+	slot := r.at(r.head)
+	e := *slot
+	var zero E
+	*slot = zero // let what the entry points to be collected
+	r.head++
 	// Shrinking at a quarter (not a half) leaves room to grow again
 	// without reallocating, so a queue hovering at a boundary does not
 	// thrash.
-	if len(q.buf) > keyQueueMinSize && q.n <= len(q.buf)/4 {
-		q.resize(len(q.buf) / 2)
+	if len(r.buf) > seqRingMinSize && r.len() <= len(r.buf)/4 {
+		r.resize(len(r.buf) / 2)
 	}
-	return k
+	return e
 }
 
-// retain keeps, in order, only the keys for which keep returns true.
-func (q *keyQueue[K]) retain(keep func(K) bool) {
-	j := 0
-	for i := range q.n {
-		k := q.at(i)
-		if keep(k) {
-			q.buf[(q.head+j)&(len(q.buf)-1)] = k
-			j++
-		}
+// resize moves the entries to a buffer of size, a power of two not
+// smaller than r.len(), each at its sequence number modulo size.
+func (r *seqRing[E]) resize(size int) {
+	buf := make([]E, size)
+	mask := uint64(size - 1)
+	for seq := r.head; seq != r.tail; seq++ {
+		buf[seq&mask] = *r.at(seq)
 	}
-	var zero K
-	for i := j; i < q.n; i++ {
-		q.buf[(q.head+i)&(len(q.buf)-1)] = zero
-	}
-	q.n = j
-}
-
-// resize moves the keys, in order, to a buffer of size (a power of two
-// not smaller than q.n).
-func (q *keyQueue[K]) resize(size int) {
-	buf := make([]K, size)
-	if q.n > 0 {
-		end := q.head + q.n
-		if end <= len(q.buf) {
-			copy(buf, q.buf[q.head:end])
-		} else {
-			c := copy(buf, q.buf[q.head:])
-			copy(buf[c:], q.buf[:end-len(q.buf)])
-		}
-	}
-	q.buf = buf
-	q.head = 0
+	r.buf = buf
 }

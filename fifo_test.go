@@ -358,33 +358,40 @@ func TestFIFO_ConcurrentProducersAndPoppers(t *testing.T) {
 	}
 }
 
-func TestKeyQueue_KeepsOrderAcrossGrowShrinkAndRetain(t *testing.T) {
-	var q keyQueue[int]
+func TestSeqRing_KeepsOrderAndSequenceNumbersAcrossGrowAndShrink(t *testing.T) {
+	var r seqRing[int]
+	seqOf := map[int]uint64{} // value -> sequence number push returned
 	next, want := 0, []int{}
+	check := func() {
+		t.Helper()
+		var got []int
+		for seq := range r.seqs() {
+			got = append(got, *r.at(seq))
+		}
+		require.Equal(t, nilIfEmpty(want), got)
+		for _, v := range want {
+			require.Equal(t, v, *r.at(seqOf[v]), "an entry keeps its sequence number")
+		}
+	}
 	// Interleave pushes and pops so the ring wraps, grows and shrinks.
 	for round := range 6 {
 		for range 100 * (round + 1) {
-			q.push(next)
+			seqOf[next] = r.push(next)
 			want = append(want, next)
 			next++
 		}
+		check()
 		for range 90 * (round + 1) {
-			require.Equal(t, want[0], q.pop())
+			require.Equal(t, want[0], r.pop())
 			want = want[1:]
 		}
+		check()
 	}
-	got := make([]int, q.len())
-	for i := range got {
-		got[i] = q.at(i)
-	}
-	require.Equal(t, want, got)
-
-	q.retain(func(k int) bool { return k%3 == 0 })
-	want = slices.DeleteFunc(want, func(k int) bool { return k%3 != 0 })
 	for len(want) > 0 {
-		require.Equal(t, want[0], q.pop())
+		require.Equal(t, want[0], r.pop())
 		want = want[1:]
 	}
-	assert.Zero(t, q.len())
-	assert.LessOrEqual(t, len(q.buf), keyQueueMinSize, "shrinks back when drained")
+	check()
+	assert.Zero(t, r.len())
+	assert.LessOrEqual(t, len(r.buf), seqRingMinSize, "shrinks back when drained")
 }
