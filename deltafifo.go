@@ -391,11 +391,12 @@ func (f *DeltaFIFO[K, T]) Len() int {
 // it, which would, for example, make a relist miss a deletion.
 //
 // If process returns an error wrapping ErrRequeue, the deltas are queued
-// again, at the back, unless the key was queued again meanwhile (which,
-// as process holds the lock, only process itself could do). Pop returns
-// process's error; ctx.Err() if ctx is done (checked first, even if keys
-// are queued); or ErrClosed once the queue is closed and empty. Keys
-// queued before Close are still handed out.
+// again, at the back. The rule is AddIfNotPresent's (newer deltas queued
+// under the key meanwhile would win), but as process holds the lock,
+// nothing can have queued the key, so the deltas always go back. Pop
+// returns process's error; ctx.Err() if ctx is done (checked first, even
+// if keys are queued); or ErrClosed once the queue is closed and empty.
+// Keys queued before Close are still handed out.
 func (f *DeltaFIFO[K, T]) Pop(ctx context.Context, process PopFunc[K, T]) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -257,12 +257,12 @@ func (f *FIFO[K, T]) Len() int {
 // Pop waits until a value is queued, removes the oldest and calls process
 // with its key, the value, and whether it belongs to the initial list (see
 // HasSynced). process runs with the FIFO's lock held, so producers wait
-// until it returns and nothing can queue the key meanwhile; process must
-// therefore not call the FIFO's methods.
+// until it returns; process must therefore not call the FIFO's methods.
 //
 // If process returns an error wrapping ErrRequeue, the value is queued
-// again, at the back, unless a value was stored under its key meanwhile.
-// Pop returns process's error, ctx.Err() if ctx is done (checked first,
+// again, at the back. The rule is AddIfNotPresent's (a newer value stored
+// meanwhile would win), but as process holds the lock, nothing can have
+// stored one, so the value always goes back. Pop returns process's error, ctx.Err() if ctx is done (checked first,
 // even if values are queued), or ErrClosed once the FIFO is closed and
 // empty. Values queued before Close are still handed out.
 func (f *FIFO[K, T]) Pop(ctx context.Context, process func(key K, obj T, isInInitialList bool) error) error {

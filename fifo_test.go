@@ -65,58 +65,18 @@ func runFIFOOps(t *testing.T, f *FIFO[string, obj], ops []string) {
 	}
 }
 
-func TestFIFO_Semantics(t *testing.T) {
-	tests := []struct {
-		name string
-		ops  []string
-		want []fifoPop // what popping everything yields, initial ignored
-	}{
-		{
-			name: "keeps the latest value per key, in order of first arrival",
-			ops:  []string{"add a", "add b", "update a", "update a"},
-			want: []fifoPop{{key: "a", obj: obj{"a", 3}}, {key: "b", obj: obj{"b", 1}}},
-		},
-		{
-			name: "deleted objects are never popped",
-			ops:  []string{"add a", "add b", "delete a"},
-			want: []fifoPop{{key: "b", obj: obj{"b", 1}}},
-		},
-		{
-			name: "a key deleted then added again keeps its place",
-			ops:  []string{"add a", "add b", "delete a", "add a"},
-			want: []fifoPop{{key: "a", obj: obj{"a", 3}}, {key: "b", obj: obj{"b", 1}}},
-		},
-		{
-			name: "deleting an absent key does nothing",
-			ops:  []string{"delete a", "add b"},
-			want: []fifoPop{{key: "b", obj: obj{"b", 1}}},
-		},
-		{
-			name: "AddIfNotPresent never overwrites",
-			ops:  []string{"add a", "addifnotpresent a", "addifnotpresent b"},
-			want: []fifoPop{{key: "a", obj: obj{"a", 0}}, {key: "b", obj: obj{"b", 2}}},
-		},
-		{
-			name: "AddIfNotPresent fills a deleted key",
-			ops:  []string{"add a", "delete a", "addifnotpresent a"},
-			want: []fifoPop{{key: "a", obj: obj{"a", 2}}},
-		},
-		{
-			name: "Replace swaps the content; queued keys still listed keep their place",
-			ops:  []string{"add a", "add b", "add c", "delete c", "replace d b c"},
-			want: []fifoPop{{key: "b", obj: obj{"b", 4}}, {key: "c", obj: obj{"c", 4}}, {key: "d", obj: obj{"d", 4}}},
-		},
-		{
-			name: "Replace with a key listed twice queues it once",
-			ops:  []string{"replace a b a"},
-			want: []fifoPop{{key: "a", obj: obj{"a", 0}}, {key: "b", obj: obj{"b", 0}}},
-		},
-		{
-			name: "Resync queues nothing twice",
-			ops:  []string{"add a", "add b", "resync", "resync"},
-			want: []fifoPop{{key: "a", obj: obj{"a", 0}}, {key: "b", obj: obj{"b", 1}}},
-		},
-	}
+// fifoCase is a sequence of operations and what popping everything
+// afterwards must yield.
+type fifoCase struct {
+	name string
+	ops  []string
+	want []fifoPop // initial is ignored
+}
+
+// runFIFOCases checks, for each case, List, ListKeys, Len, All, GetByKey
+// and finally the pops against want.
+func runFIFOCases(t *testing.T, tests []fifoCase) {
+	t.Helper()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := NewFIFO(objKey)
@@ -145,6 +105,76 @@ func TestFIFO_Semantics(t *testing.T) {
 			assert.Equal(t, tt.want, nilIfEmpty(got))
 		})
 	}
+}
+
+func TestFIFO_KeepsLatestValuePerKey(t *testing.T) {
+	runFIFOCases(t, []fifoCase{
+		{
+			name: "keeps the latest value per key, in order of first arrival",
+			ops:  []string{"add a", "add b", "update a", "update a"},
+			want: []fifoPop{{key: "a", obj: obj{"a", 3}}, {key: "b", obj: obj{"b", 1}}},
+		},
+	})
+}
+
+func TestFIFO_DeletedObjectsAreNeverPopped(t *testing.T) {
+	runFIFOCases(t, []fifoCase{
+		{
+			name: "deleted objects are never popped",
+			ops:  []string{"add a", "add b", "delete a"},
+			want: []fifoPop{{key: "b", obj: obj{"b", 1}}},
+		},
+		{
+			name: "a key deleted then added again keeps its place",
+			ops:  []string{"add a", "add b", "delete a", "add a"},
+			want: []fifoPop{{key: "a", obj: obj{"a", 3}}, {key: "b", obj: obj{"b", 1}}},
+		},
+		{
+			name: "deleting an absent key does nothing",
+			ops:  []string{"delete a", "add b"},
+			want: []fifoPop{{key: "b", obj: obj{"b", 1}}},
+		},
+	})
+}
+
+func TestFIFO_AddIfNotPresentNeverOverwrites(t *testing.T) {
+	runFIFOCases(t, []fifoCase{
+		{
+			name: "AddIfNotPresent never overwrites",
+			ops:  []string{"add a", "addifnotpresent a", "addifnotpresent b"},
+			want: []fifoPop{{key: "a", obj: obj{"a", 0}}, {key: "b", obj: obj{"b", 2}}},
+		},
+		{
+			name: "AddIfNotPresent fills a deleted key",
+			ops:  []string{"add a", "delete a", "addifnotpresent a"},
+			want: []fifoPop{{key: "a", obj: obj{"a", 2}}},
+		},
+	})
+}
+
+func TestFIFO_ReplaceSwapsTheWholeContent(t *testing.T) {
+	runFIFOCases(t, []fifoCase{
+		{
+			name: "Replace swaps the content; queued keys still listed keep their place",
+			ops:  []string{"add a", "add b", "add c", "delete c", "replace d b c"},
+			want: []fifoPop{{key: "b", obj: obj{"b", 4}}, {key: "c", obj: obj{"c", 4}}, {key: "d", obj: obj{"d", 4}}},
+		},
+		{
+			name: "Replace with a key listed twice queues it once",
+			ops:  []string{"replace a b a"},
+			want: []fifoPop{{key: "a", obj: obj{"a", 0}}, {key: "b", obj: obj{"b", 0}}},
+		},
+	})
+}
+
+func TestFIFO_ResyncQueuesNothingTwice(t *testing.T) {
+	runFIFOCases(t, []fifoCase{
+		{
+			name: "Resync queues nothing twice",
+			ops:  []string{"add a", "add b", "resync", "resync"},
+			want: []fifoPop{{key: "a", obj: obj{"a", 0}}, {key: "b", obj: obj{"b", 1}}},
+		},
+	})
 }
 
 func TestFIFO_PopRemovesTheItemBeforeProcess(t *testing.T) {
