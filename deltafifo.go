@@ -69,23 +69,20 @@ type DeltaFIFOOptions[K comparable, T any] struct {
 type DeltaFIFO[K comparable, T any] struct {
 	queueBase
 
-	// queue holds one entry per queued key, in order of first arrival,
-	// with the key's pending deltas (never empty); items finds a key's
-	// entry by its sequence number.
-	items map[K]uint64
-	queue seqRing[deltaEntry[K, T]]
+	// q holds the queued keys, each once, in order of first arrival, with
+	// their pending deltas (never empty).
+	q keyedQueue[K, pending[T]]
 
 	keyFunc      KeyFunc[K, T]
 	known        KnownObjects[K, T]
 	listedType   DeltaType // Sync or Replaced
 	transform    TransformFunc[T]
-	replaceEpoch uint64 // numbers Replace calls, see deltaEntry.listedIn
+	replaceEpoch uint64 // numbers Replace calls, see pending.listedIn
 
 	batch []QueuedDeltas[K, T] // PopBatch's buffer, reused under the lock
 }
 
-type deltaEntry[K comparable, T any] struct {
-	key    K
+type pending[T any] struct {
 	deltas Deltas[T]
 	// listedIn is the replaceEpoch of the last Replace that listed the
 	// key. It spares Replace a set of the listed keys: while Replace runs
@@ -102,7 +99,6 @@ func NewDeltaFIFO[K comparable, T any](opts DeltaFIFOOptions[K, T]) *DeltaFIFO[K
 		panic("mirror: NewDeltaFIFO without a KeyFunc")
 	}
 	f := &DeltaFIFO[K, T]{
-		items:      make(map[K]uint64),
 		keyFunc:    opts.KeyFunc,
 		known:      opts.KnownObjects,
 		listedType: Sync,
@@ -154,7 +150,7 @@ func (f *DeltaFIFO[K, T]) Delete(obj T) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.initial.populateLocked()
-	if _, queued := f.items[key]; !queued {
+	if _, queued := f.q.find(key); !queued {
 		if f.known == nil {
 			return nil
 		}
@@ -182,18 +178,15 @@ func (f *DeltaFIFO[K, T]) transformLocked(key K, obj T) (T, error) {
 }
 
 // queueLocked appends d to key's deltas, queueing the key if needed.
-func (f *DeltaFIFO[K, T]) queueLocked(key K, d Delta[T]) *deltaEntry[K, T] {
-	var e *deltaEntry[K, T]
-	if seq, queued := f.items[key]; queued {
-		e = f.queue.at(seq)
-		e.deltas = appendDelta(e.deltas, d)
+func (f *DeltaFIFO[K, T]) queueLocked(key K, d Delta[T]) *pending[T] {
+	p, queued := f.q.find(key)
+	if queued {
+		p.deltas = appendDelta(p.deltas, d)
 	} else {
-		seq = f.queue.push(deltaEntry[K, T]{key: key, deltas: Deltas[T]{d}})
-		f.items[key] = seq
-		e = f.queue.at(seq)
+		p = f.q.push(key, pending[T]{deltas: Deltas[T]{d}})
 	}
 	f.cond.Broadcast()
-	return e
+	return p
 }
 
 // appendDelta appends d to ds, except that two deletions in a row collapse
@@ -230,10 +223,10 @@ func (f *DeltaFIFO[K, T]) AddIfNotPresent(key K, deltas Deltas[T]) error {
 
 // requeueLocked queues deltas under key if key is not queued.
 func (f *DeltaFIFO[K, T]) requeueLocked(key K, deltas Deltas[T]) {
-	if _, queued := f.items[key]; queued {
+	if _, queued := f.q.find(key); queued {
 		return
 	}
-	f.items[key] = f.queue.push(deltaEntry[K, T]{key: key, deltas: deltas})
+	f.q.push(key, pending[T]{deltas: deltas})
 	f.cond.Broadcast()
 }
 
@@ -259,6 +252,7 @@ func (f *DeltaFIFO[K, T]) Replace(list []T, _ string) error {
 	defer f.mu.Unlock()
 	f.replaceEpoch++
 	epoch := f.replaceEpoch
+	f.q.reserve(len(list))
 	for _, obj := range list {
 		key, err := keyOf(f.keyFunc, obj)
 		if err != nil {
@@ -267,8 +261,8 @@ func (f *DeltaFIFO[K, T]) Replace(list []T, _ string) error {
 		}
 		if obj, err = f.transformLocked(key, obj); err != nil {
 			errs = append(errs, err)
-			if seq, queued := f.items[key]; queued {
-				f.queue.at(seq).listedIn = epoch
+			if p, queued := f.q.find(key); queued {
+				p.listedIn = epoch
 			} else {
 				if failed == nil {
 					failed = make(map[K]struct{})
@@ -280,16 +274,16 @@ func (f *DeltaFIFO[K, T]) Replace(list []T, _ string) error {
 		f.queueLocked(key, Delta[T]{Type: f.listedType, Object: obj}).listedIn = epoch
 	}
 
-	for seq := range f.queue.seqs() {
-		if e := f.queue.at(seq); e.listedIn != epoch {
-			last := e.deltas[len(e.deltas)-1]
-			e.deltas = appendDelta(e.deltas, Delta[T]{Type: Deleted, Object: last.Object, Tombstone: true})
+	for _, p := range f.q.all() {
+		if p.listedIn != epoch {
+			last := p.deltas[len(p.deltas)-1]
+			p.deltas = appendDelta(p.deltas, Delta[T]{Type: Deleted, Object: last.Object, Tombstone: true})
 		}
 	}
 
 	if f.known != nil {
 		for key, obj := range f.known.All() {
-			if _, queued := f.items[key]; queued {
+			if _, queued := f.q.find(key); queued {
 				continue // listed, or got its tombstone above
 			}
 			if _, ok := failed[key]; ok {
@@ -302,7 +296,7 @@ func (f *DeltaFIFO[K, T]) Replace(list []T, _ string) error {
 	// Every queued key is now one this Replace listed or tombstoned (or,
 	// rarely, one whose transform failed and that was queued already),
 	// so the initial list is the whole queue.
-	f.initial.replacedLocked(f.queue.len())
+	f.initial.replacedLocked(f.q.len())
 	return errors.Join(errs...)
 }
 
@@ -319,7 +313,7 @@ func (f *DeltaFIFO[K, T]) Resync() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for key, obj := range f.known.All() {
-		if _, queued := f.items[key]; !queued {
+		if _, queued := f.q.find(key); !queued {
 			f.queueLocked(key, Delta[T]{Type: Sync, Object: obj})
 		}
 	}
@@ -341,11 +335,11 @@ func (f *DeltaFIFO[K, T]) Get(obj T) (Deltas[T], bool, error) {
 func (f *DeltaFIFO[K, T]) GetByKey(key K) (Deltas[T], bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	seq, ok := f.items[key]
+	p, ok := f.q.find(key)
 	if !ok {
 		return nil, false
 	}
-	return slices.Clone(f.queue.at(seq).deltas), true
+	return slices.Clone(p.deltas), true
 }
 
 // List returns the newest object of each queued key, in the order the
@@ -353,10 +347,9 @@ func (f *DeltaFIFO[K, T]) GetByKey(key K) (Deltas[T], bool) {
 func (f *DeltaFIFO[K, T]) List() []T {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	list := make([]T, 0, f.queue.len())
-	for seq := range f.queue.seqs() {
-		ds := f.queue.at(seq).deltas
-		list = append(list, ds[len(ds)-1].Object)
+	list := make([]T, 0, f.q.len())
+	for _, p := range f.q.all() {
+		list = append(list, p.deltas[len(p.deltas)-1].Object)
 	}
 	return list
 }
@@ -365,9 +358,9 @@ func (f *DeltaFIFO[K, T]) List() []T {
 func (f *DeltaFIFO[K, T]) ListKeys() []K {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	keys := make([]K, 0, f.queue.len())
-	for seq := range f.queue.seqs() {
-		keys = append(keys, f.queue.at(seq).key)
+	keys := make([]K, 0, f.q.len())
+	for key := range f.q.all() {
+		keys = append(keys, key)
 	}
 	return keys
 }
@@ -376,7 +369,7 @@ func (f *DeltaFIFO[K, T]) ListKeys() []K {
 func (f *DeltaFIFO[K, T]) Len() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.queue.len()
+	return f.q.len()
 }
 
 // Pop waits until a key is queued, removes the oldest and calls process
@@ -400,7 +393,7 @@ func (f *DeltaFIFO[K, T]) Len() int {
 func (f *DeltaFIFO[K, T]) Pop(ctx context.Context, process PopFunc[K, T]) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := waitLocked(ctx, &f.queueBase, &f.queue); err != nil {
+	if err := waitLocked(ctx, &f.queueBase, &f.q); err != nil {
 		return err
 	}
 	key, deltas, initial := f.popLocked()
@@ -422,11 +415,11 @@ func (f *DeltaFIFO[K, T]) Pop(ctx context.Context, process PopFunc[K, T]) error 
 func (f *DeltaFIFO[K, T]) PopBatch(ctx context.Context, maxKeys int, process func(batch []QueuedDeltas[K, T]) error) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := waitLocked(ctx, &f.queueBase, &f.queue); err != nil {
+	if err := waitLocked(ctx, &f.queueBase, &f.q); err != nil {
 		return err
 	}
 	batch := f.batch[:0]
-	for n := min(f.queue.len(), max(maxKeys, 1)); len(batch) < n; {
+	for n := min(f.q.len(), max(maxKeys, 1)); len(batch) < n; {
 		key, deltas, initial := f.popLocked()
 		batch = append(batch, QueuedDeltas[K, T]{Key: key, Deltas: deltas, IsInInitialList: initial})
 	}
@@ -452,9 +445,8 @@ const maxKeptBatch = 1024
 
 // popLocked removes the front key, which must exist, and its deltas.
 func (f *DeltaFIFO[K, T]) popLocked() (K, Deltas[T], bool) {
-	e := f.queue.pop()
-	delete(f.items, e.key)
-	return e.key, e.deltas, f.initial.poppedLocked()
+	key, p := f.q.pop()
+	return key, p.deltas, f.initial.poppedLocked()
 }
 
 // HasSynced reports whether the queue has handed out its initial list:

@@ -20,19 +20,16 @@ import (
 type FIFO[K comparable, T any] struct {
 	queueBase
 
-	// queue holds one entry per queued key, in pop order, and items
-	// finds a key's entry by its sequence number. An entry whose value was
-	// deleted stays queued, so that deleting needs no search through the
-	// queue; Pop drops it.
-	items map[K]uint64
-	queue seqRing[fifoEntry[K, T]]
-	live  int // entries that hold a value
+	// q holds the queued keys, each once, in pop order. A key whose value
+	// was deleted stays queued, so that deleting needs no search through
+	// the queue; Pop drops it.
+	q    keyedQueue[K, fifoItem[T]]
+	live int // queued keys that hold a value
 
 	keyFunc KeyFunc[K, T]
 }
 
-type fifoEntry[K comparable, T any] struct {
-	key     K
+type fifoItem[T any] struct {
 	obj     T
 	deleted bool
 }
@@ -43,7 +40,7 @@ func NewFIFO[K comparable, T any](keyFunc KeyFunc[K, T]) *FIFO[K, T] {
 	if keyFunc == nil {
 		panic("mirror: NewFIFO with a nil KeyFunc")
 	}
-	f := &FIFO[K, T]{items: make(map[K]uint64), keyFunc: keyFunc}
+	f := &FIFO[K, T]{keyFunc: keyFunc}
 	f.init()
 	return f
 }
@@ -81,18 +78,17 @@ func (f *FIFO[K, T]) put(obj T, overwrite bool) error {
 // putLocked stores obj under key, queueing the key if it is not queued.
 // If overwrite is false, an existing value is kept.
 func (f *FIFO[K, T]) putLocked(key K, obj T, overwrite bool) {
-	if seq, queued := f.items[key]; queued {
-		e := f.queue.at(seq)
-		if !e.deleted && !overwrite {
+	if it, queued := f.q.find(key); queued {
+		if !it.deleted && !overwrite {
 			return
 		}
-		if e.deleted {
-			e.deleted = false
+		if it.deleted {
+			it.deleted = false
 			f.live++
 		}
-		e.obj = obj
+		it.obj = obj
 	} else {
-		f.items[key] = f.queue.push(fifoEntry[K, T]{key: key, obj: obj})
+		f.q.push(key, fifoItem[T]{obj: obj})
 		f.live++
 	}
 	f.cond.Broadcast()
@@ -109,14 +105,11 @@ func (f *FIFO[K, T]) Delete(obj T) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.initial.populateLocked()
-	if seq, queued := f.items[key]; queued {
+	if it, queued := f.q.find(key); queued && !it.deleted {
 		// The key stays queued (removing it would mean searching the
 		// queue); Pop skips it. Dropping the value lets it be collected.
-		if e := f.queue.at(seq); !e.deleted {
-			var zero T
-			e.obj, e.deleted = zero, true
-			f.live--
-		}
+		*it = fifoItem[T]{deleted: true}
+		f.live--
 	}
 	return nil
 }
@@ -140,26 +133,25 @@ func (f *FIFO[K, T]) Replace(list []T, _ string) error {
 			continue
 		}
 		if _, dup := vals[key]; !dup {
-			if _, queued := f.items[key]; !queued {
+			if _, queued := f.q.find(key); !queued {
 				fresh = append(fresh, key)
 			}
 		}
 		vals[key] = obj
 	}
-	var next seqRing[fifoEntry[K, T]]
-	items := make(map[K]uint64, len(vals))
-	for seq := range f.queue.seqs() {
-		key := f.queue.at(seq).key
+	var next keyedQueue[K, fifoItem[T]]
+	next.reserve(len(vals))
+	for key := range f.q.all() {
 		if obj, listed := vals[key]; listed {
-			items[key] = next.push(fifoEntry[K, T]{key: key, obj: obj})
+			next.push(key, fifoItem[T]{obj: obj})
 		}
 	}
 	for _, key := range fresh {
-		items[key] = next.push(fifoEntry[K, T]{key: key, obj: vals[key]})
+		next.push(key, fifoItem[T]{obj: vals[key]})
 	}
-	f.queue, f.items, f.live = next, items, len(items)
-	f.initial.replacedLocked(f.queue.len())
-	if f.queue.len() > 0 {
+	f.q, f.live = next, next.len()
+	f.initial.replacedLocked(f.q.len())
+	if f.q.len() > 0 {
 		f.cond.Broadcast()
 	}
 	return errors.Join(errs...)
@@ -187,13 +179,12 @@ func (f *FIFO[K, T]) Get(obj T) (T, bool, error) {
 func (f *FIFO[K, T]) GetByKey(key K) (T, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	seq, ok := f.items[key]
-	if !ok {
+	it, ok := f.q.find(key)
+	if !ok || it.deleted {
 		var zero T
 		return zero, false
 	}
-	e := f.queue.at(seq)
-	return e.obj, !e.deleted
+	return it.obj, true
 }
 
 // List returns every stored value, in the order they will be popped.
@@ -237,11 +228,9 @@ func (f *FIFO[K, T]) All() iter.Seq2[K, T] {
 // allLocked yields the queued keys that hold a value, in queue order.
 func (f *FIFO[K, T]) allLocked() iter.Seq2[K, T] {
 	return func(yield func(K, T) bool) {
-		for seq := range f.queue.seqs() {
-			if e := f.queue.at(seq); !e.deleted {
-				if !yield(e.key, e.obj) {
-					return
-				}
+		for key, it := range f.q.all() {
+			if !it.deleted && !yield(key, it.obj) {
+				return
 			}
 		}
 	}
@@ -269,20 +258,19 @@ func (f *FIFO[K, T]) Pop(ctx context.Context, process func(key K, obj T, isInIni
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for {
-		if err := waitLocked(ctx, &f.queueBase, &f.queue); err != nil {
+		if err := waitLocked(ctx, &f.queueBase, &f.q); err != nil {
 			return err
 		}
-		e := f.queue.pop()
-		delete(f.items, e.key)
+		key, it := f.q.pop()
 		initial := f.initial.poppedLocked()
-		if e.deleted {
+		if it.deleted {
 			continue
 		}
 		f.live--
-		err := process(e.key, e.obj, initial)
+		err := process(key, it.obj, initial)
 		if errors.Is(err, ErrRequeue) {
 			f.initial.populateLocked()
-			f.putLocked(e.key, e.obj, false)
+			f.putLocked(key, it.obj, false)
 		}
 		return err
 	}
@@ -368,7 +356,7 @@ func (s *initialList) poppedLocked() (isInInitialList bool) {
 // waitLocked waits, with b's lock held, until q is not empty. It returns
 // ctx.Err() if ctx is done (even when q is not empty, so that a cancelled
 // consumer stops at once), or ErrClosed if b is closed and q is empty.
-func waitLocked[E any](ctx context.Context, b *queueBase, q *seqRing[E]) error {
+func waitLocked[K comparable, V any](ctx context.Context, b *queueBase, q *keyedQueue[K, V]) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -399,34 +387,118 @@ func waitLocked[E any](ctx context.Context, b *queueBase, q *seqRing[E]) error {
 	return ctx.Err()
 }
 
-// seqRing is a FIFO of entries in a ring buffer, addressed by sequence
-// number: push numbers entries consecutively, and an entry keeps its
-// number until it is popped, however the ring grows or shrinks (the entry
-// numbered seq always sits at seq modulo the buffer's size, a power of
-// two). So a map from key to sequence number finds a queued entry without
-// being touched by the pops of other entries.
-//
-// Unlike re-slicing (q = q[1:]), popping frees the slot for reuse, so a
-// long-lived queue does not keep reallocating; and the buffer shrinks when
-// mostly empty, so a burst does not pin memory for good.
-type seqRing[E any] struct {
-	buf  []E
-	head uint64 // sequence number of the front entry
-	tail uint64 // sequence number the next push gets
+// keyedQueue is the storage of both queues: a FIFO of values, at most one
+// per key, that also finds a value by its key. Its zero value is empty and
+// ready to use.
+type keyedQueue[K comparable, V any] struct {
+	index map[K]uint64 // key -> sequence number of its entry in order
+	order seqQueue[keyedEntry[K, V]]
+	// peak is the largest length since index was made. Go maps never
+	// shrink, so after a burst (an initial list of a million keys, say)
+	// the index would pin its memory for the life of the queue; pop
+	// drops it once the queue drains, if it grew large.
+	peak int
 }
 
-const seqRingMinSize = 16
+type keyedEntry[K comparable, V any] struct {
+	key K
+	val V
+}
 
-func (r *seqRing[E]) len() int { return int(r.tail - r.head) }
+// keepIndexUpTo is the peak length up to which a drained queue keeps its
+// index map rather than letting it be collected.
+const keepIndexUpTo = 1024
+
+func (q *keyedQueue[K, V]) len() int { return q.order.len() }
+
+// find returns the value queued under key. The pointer stays valid until
+// key is popped.
+func (q *keyedQueue[K, V]) find(key K) (*V, bool) {
+	seq, ok := q.index[key]
+	if !ok {
+		return nil, false
+	}
+	return &q.order.at(seq).val, true
+}
+
+// push queues val under key, which must not be queued, and returns a
+// pointer to the queued value.
+func (q *keyedQueue[K, V]) push(key K, val V) *V {
+	if q.index == nil {
+		q.index = make(map[K]uint64)
+	}
+	seq := q.order.push(keyedEntry[K, V]{key: key, val: val})
+	q.index[key] = seq
+	q.peak = max(q.peak, q.order.len())
+	return &q.order.at(seq).val
+}
+
+// pop removes and returns the front key and its value; the queue must not
+// be empty.
+func (q *keyedQueue[K, V]) pop() (K, V) {
+	e := q.order.pop()
+	delete(q.index, e.key)
+	if q.order.len() == 0 && q.peak > keepIndexUpTo {
+		q.index, q.peak = nil, 0
+	}
+	return e.key, e.val
+}
+
+// reserve prepares an empty queue for n keys, so that a large Replace
+// does not grow the index step by step. It does nothing to a queue that
+// holds keys: moving them to a larger map would cost what it saves.
+func (q *keyedQueue[K, V]) reserve(n int) {
+	if q.order.len() == 0 && n > keepIndexUpTo {
+		q.index, q.peak = make(map[K]uint64, n), 0
+	}
+}
+
+// all yields every queued key and a pointer to its value, front first.
+// The loop may change values but must not push or pop.
+func (q *keyedQueue[K, V]) all() iter.Seq2[K, *V] {
+	return func(yield func(K, *V) bool) {
+		for seq := range q.order.seqs() {
+			e := q.order.at(seq)
+			if !yield(e.key, &e.val) {
+				return
+			}
+		}
+	}
+}
+
+// seqQueue is a FIFO of entries addressed by sequence number: push
+// numbers entries consecutively, and an entry keeps its number until it is
+// popped. So a map from key to sequence number finds a queued entry and is
+// not touched by the pops of other entries.
+//
+// Entries live in fixed-size chunks. Growing adds a chunk and never copies
+// entries; a chunk is released as soon as its last entry is popped, so
+// memory follows the queue's length down after a burst (a long-lived
+// re-sliced slice, q = q[1:], would keep its whole backing array), and
+// filling and draining a large queue costs no copying either way.
+type seqQueue[E any] struct {
+	chunks [][]E  // chunks[i] holds sequence numbers base+i*chunkLen up to base+(i+1)*chunkLen
+	base   uint64 // first sequence number of chunks[0], a multiple of chunkLen
+	head   uint64 // sequence number of the front entry
+	tail   uint64 // sequence number the next push gets
+	spare  []E    // an emptied chunk kept for reuse, so that a queue hovering at a chunk boundary does not allocate
+}
+
+const chunkLen = 256
+
+func (q *seqQueue[E]) len() int { return int(q.tail - q.head) }
 
 // at returns the queued entry numbered seq; head <= seq < tail.
-func (r *seqRing[E]) at(seq uint64) *E { return &r.buf[seq&uint64(len(r.buf)-1)] }
+func (q *seqQueue[E]) at(seq uint64) *E {
+	off := seq - q.base
+	return &q.chunks[off/chunkLen][off%chunkLen]
+}
 
 // seqs yields the sequence numbers of the queued entries, front first.
-// The ring must not change during the loop.
-func (r *seqRing[E]) seqs() iter.Seq[uint64] {
+// The queue must not change during the loop.
+func (q *seqQueue[E]) seqs() iter.Seq[uint64] {
 	return func(yield func(uint64) bool) {
-		for seq := r.head; seq != r.tail; seq++ {
+		for seq := q.head; seq != q.tail; seq++ {
 			if !yield(seq) {
 				return
 			}
@@ -435,39 +507,37 @@ func (r *seqRing[E]) seqs() iter.Seq[uint64] {
 }
 
 // push appends e and returns its sequence number.
-func (r *seqRing[E]) push(e E) uint64 {
-	if r.len() == len(r.buf) {
-		r.resize(max(2*len(r.buf), seqRingMinSize))
+func (q *seqQueue[E]) push(e E) uint64 {
+	if q.tail-q.base == uint64(len(q.chunks))*chunkLen {
+		c := q.spare
+		if c == nil {
+			c = make([]E, chunkLen)
+		}
+		q.spare = nil
+		q.chunks = append(q.chunks, c)
 	}
-	seq := r.tail
-	*r.at(seq) = e
-	r.tail++
+	seq := q.tail
+	*q.at(seq) = e
+	q.tail++
 	return seq
 }
 
-// pop removes and returns the front entry; the ring must not be empty.
-func (r *seqRing[E]) pop() E {
-	slot := r.at(r.head)
+// pop removes and returns the front entry; the queue must not be empty.
+func (q *seqQueue[E]) pop() E {
+	slot := q.at(q.head)
 	e := *slot
 	var zero E
 	*slot = zero // let what the entry points to be collected
-	r.head++
-	// Shrinking at a quarter (not a half) leaves room to grow again
-	// without reallocating, so a queue hovering at a boundary does not
-	// thrash.
-	if len(r.buf) > seqRingMinSize && r.len() <= len(r.buf)/4 {
-		r.resize(len(r.buf) / 2)
+	q.head++
+	if q.head-q.base == chunkLen {
+		// The first chunk is used up. Shifting the chunk list down
+		// copies a pointer per chunk once per chunkLen pops, which is
+		// cheap, and unlike re-slicing it keeps nothing alive.
+		q.spare = q.chunks[0]
+		n := copy(q.chunks, q.chunks[1:])
+		q.chunks[n] = nil
+		q.chunks = q.chunks[:n]
+		q.base += chunkLen
 	}
 	return e
-}
-
-// resize moves the entries to a buffer of size, a power of two not
-// smaller than r.len(), each at its sequence number modulo size.
-func (r *seqRing[E]) resize(size int) {
-	buf := make([]E, size)
-	mask := uint64(size - 1)
-	for seq := r.head; seq != r.tail; seq++ {
-		buf[seq&mask] = *r.at(seq)
-	}
-	r.buf = buf
 }

@@ -185,7 +185,7 @@ func TestFIFO_PopRemovesTheItemBeforeProcess(t *testing.T) {
 	// the state it leaves instead: a value stored during processing
 	// would be lost if the item were removed after process.
 	require.NoError(t, f.Pop(context.Background(), func(key string, o obj, _ bool) error {
-		_, inQueue = f.items[key]
+		_, inQueue = f.q.find(key)
 		return nil
 	}))
 	assert.False(t, inQueue)
@@ -388,40 +388,43 @@ func TestFIFO_ConcurrentProducersAndPoppers(t *testing.T) {
 	}
 }
 
-func TestSeqRing_KeepsOrderAndSequenceNumbersAcrossGrowAndShrink(t *testing.T) {
-	var r seqRing[int]
+func TestSeqQueue_KeepsOrderAndSequenceNumbersAcrossChunks(t *testing.T) {
+	var q seqQueue[int]
 	seqOf := map[int]uint64{} // value -> sequence number push returned
 	next, want := 0, []int{}
 	check := func() {
 		t.Helper()
 		var got []int
-		for seq := range r.seqs() {
-			got = append(got, *r.at(seq))
+		for seq := range q.seqs() {
+			got = append(got, *q.at(seq))
 		}
 		require.Equal(t, nilIfEmpty(want), got)
+		require.Equal(t, len(want), q.len())
 		for _, v := range want {
-			require.Equal(t, v, *r.at(seqOf[v]), "an entry keeps its sequence number")
+			require.Equal(t, v, *q.at(seqOf[v]), "an entry keeps its sequence number")
 		}
+		// Only chunks holding queued entries are kept (plus a spare).
+		require.LessOrEqual(t, len(q.chunks), (len(want)+chunkLen-1)/chunkLen+1)
 	}
-	// Interleave pushes and pops so the ring wraps, grows and shrinks.
+	// Interleave pushes and pops so that chunks fill, empty and are
+	// reused.
 	for round := range 6 {
-		for range 100 * (round + 1) {
-			seqOf[next] = r.push(next)
+		for range 300 * (round + 1) {
+			seqOf[next] = q.push(next)
 			want = append(want, next)
 			next++
 		}
 		check()
-		for range 90 * (round + 1) {
-			require.Equal(t, want[0], r.pop())
+		for range 280 * (round + 1) {
+			require.Equal(t, want[0], q.pop())
 			want = want[1:]
 		}
 		check()
 	}
 	for len(want) > 0 {
-		require.Equal(t, want[0], r.pop())
+		require.Equal(t, want[0], q.pop())
 		want = want[1:]
 	}
 	check()
-	assert.Zero(t, r.len())
-	assert.LessOrEqual(t, len(r.buf), seqRingMinSize, "shrinks back when drained")
+	assert.LessOrEqual(t, len(q.chunks), 1, "memory follows the length down")
 }
