@@ -203,6 +203,12 @@ func appendDelta[T any](ds Deltas[T], d Delta[T]) Deltas[T] {
 		}
 		return ds
 	}
+	if n := len(ds); n > 0 && n == cap(ds) {
+		// A key that gathers a second delta before it is popped is
+		// likely a busy one that will gather more: grow to 4 at once
+		// rather than through 2.
+		ds = slices.Grow(ds, max(n, 3))
+	}
 	return append(ds, d)
 }
 

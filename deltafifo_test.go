@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"iter"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -918,5 +919,70 @@ func TestDeltaFIFO_ConcurrentProducersAndPoppersLoseNothing(t *testing.T) {
 	}
 	for p := range producers {
 		assert.Equal(t, want, got[fmt.Sprintf("p%d", p)], "every delta once, in order")
+	}
+}
+
+// Thousands of keys cross the storage's chunk boundaries and make it drop
+// and rebuild its index; order and deltas must not notice.
+func TestDeltaFIFO_KeepsOrderAcrossLargeBursts(t *testing.T) {
+	name := func(i int) string { return fmt.Sprintf("k%05d", i) }
+	f := newTestDeltaFIFO(nil, false)
+	for round := range 2 {
+		for i := range 3000 {
+			require.NoError(t, f.Add(obj{name(i), 1}))
+		}
+		for i := range 1000 {
+			require.NoError(t, f.Update(obj{name(i), 2}))
+		}
+		for i := range 2000 {
+			require.NoError(t, f.Pop(context.Background(), func(key string, ds Deltas[obj], _ bool) error {
+				require.Equal(t, name(i), key)
+				want := Deltas[obj]{added(obj{key, 1})}
+				if i < 1000 {
+					want = append(want, updated(obj{key, 2}))
+				}
+				require.Equal(t, want, ds)
+				return nil
+			}))
+		}
+		for i := 5000; i < 8000; i++ {
+			require.NoError(t, f.Add(obj{name(i), 1}))
+		}
+		// Queued now: 2000..2999, then 5000..7999. Relist 2500..2999,
+		// 5000..5999 and a new 9000.
+		var list []obj
+		for i := 2500; i < 3000; i++ {
+			list = append(list, obj{name(i), 3})
+		}
+		for i := 5000; i < 6000; i++ {
+			list = append(list, obj{name(i), 3})
+		}
+		list = append(list, obj{name(9000), 3})
+		require.NoError(t, f.Replace(list, ""))
+
+		var wantKeys []string
+		for i := 2000; i < 3000; i++ {
+			wantKeys = append(wantKeys, name(i))
+		}
+		for i := 5000; i < 8000; i++ {
+			wantKeys = append(wantKeys, name(i))
+		}
+		wantKeys = append(wantKeys, name(9000))
+		got := popAll(t, f)
+		require.Len(t, got, len(wantKeys), "round %d", round)
+		for i, p := range got {
+			require.Equal(t, wantKeys[i], p.key)
+			n, err := strconv.Atoi(p.key[1:])
+			require.NoError(t, err)
+			switch {
+			case n == 9000:
+				require.Equal(t, Deltas[obj]{synced(obj{p.key, 3})}, p.deltas)
+			case n < 2500 || n >= 6000:
+				require.Equal(t, Deltas[obj]{added(obj{p.key, 1}), tombstone(obj{p.key, 1})}, p.deltas)
+			default:
+				require.Equal(t, Deltas[obj]{added(obj{p.key, 1}), synced(obj{p.key, 3})}, p.deltas)
+			}
+		}
+		assert.Nil(t, f.q.index, "the drained queue let its large index go")
 	}
 }

@@ -428,3 +428,26 @@ func TestSeqQueue_KeepsOrderAndSequenceNumbersAcrossChunks(t *testing.T) {
 	check()
 	assert.LessOrEqual(t, len(q.chunks), 1, "memory follows the length down")
 }
+
+func TestKeyedQueue_LetsALargeIndexGoWhenDrained(t *testing.T) {
+	var q keyedQueue[int, string]
+	for i := range keepIndexUpTo + 1 {
+		q.push(i, fmt.Sprint(i))
+	}
+	for q.len() > 1 {
+		q.pop()
+	}
+	require.NotNil(t, q.index, "kept while keys remain")
+	k, v := q.pop()
+	assert.Equal(t, keepIndexUpTo, k)
+	assert.Equal(t, fmt.Sprint(keepIndexUpTo), v)
+	assert.Nil(t, q.index, "Go maps never shrink: a drained queue drops a large one")
+	_, ok := q.find(3)
+	assert.False(t, ok)
+
+	q.push(1, "a")
+	q.pop()
+	assert.NotNil(t, q.index, "a small index is kept")
+	require.Zero(t, q.len())
+	assert.LessOrEqual(t, len(q.order.chunks), 1)
+}
