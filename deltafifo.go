@@ -1,0 +1,471 @@
+package mirror
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// PopFunc processes one popped key: its deltas, oldest first, and whether
+// they belong to the initial list (see DeltaFIFO.HasSynced). Returning an
+// error that wraps ErrRequeue puts the deltas back in the queue unless the
+// key was queued again meanwhile. The function owns deltas and may keep
+// them, unless it asks for a requeue.
+type PopFunc[K comparable, T any] func(key K, deltas Deltas[T], isInInitialList bool) error
+
+// QueuedDeltas is one popped key in a batch (see DeltaFIFO.PopBatch).
+type QueuedDeltas[K comparable, T any] struct {
+	Key             K
+	Deltas          Deltas[T]
+	IsInInitialList bool
+}
+
+// TransformFunc rewrites an object as it enters a DeltaFIFO, typically to
+// drop fields the consumer does not need and so save memory. It runs once
+// on each object given to Add, Update, Delete or Replace, before the
+// object is queued, and never on a tombstone or on the object of a
+// Resync's Sync delta: those came from the queue or from KnownObjects and
+// were transformed already. It may modify obj in place: the queue is the
+// first to see it. It is called with the queue's lock held, so it must be
+// quick and must not call the queue's methods. An error skips the object.
+type TransformFunc[T any] func(obj T) (T, error)
+
+// DeltaFIFOOptions configures a DeltaFIFO. Only KeyFunc is required.
+type DeltaFIFOOptions[K comparable, T any] struct {
+	// KeyFunc computes the key of an object. Required: NewDeltaFIFO
+	// panics without it.
+	KeyFunc KeyFunc[K, T]
+
+	// KnownObjects is what the consumer already knows, normally the
+	// informer's cache, which the consumer updates from the popped
+	// deltas. With it, Delete drops deletions of keys it does not know,
+	// Replace makes tombstones for known keys the list lacks, and Resync
+	// offers known objects again. Without it, the queue judges only by
+	// the keys it holds, and Resync does nothing.
+	KnownObjects KnownObjects[K, T]
+
+	// EmitDeltaTypeReplaced makes Replace queue Replaced deltas instead of
+	// Sync ones, so that consumers can tell a relist from a resync.
+	EmitDeltaTypeReplaced bool
+
+	// Transformer, if set, rewrites each object as it enters the queue.
+	Transformer TransformFunc[T]
+}
+
+// DeltaFIFO is a queue that keeps, per key, every change (delta) since
+// the key was last popped. A key is queued once however many deltas it
+// gathers, and keys are popped in the order they were first queued.
+// Pop hands out all the deltas of a key at once, so the consumer sees
+// every change, deletions included, and never two versions of one object
+// concurrently.
+//
+// A Reflector is the producer (Add, Update, Delete, Replace, Resync); an
+// informer is the consumer (Pop), and the consumer's cache is normally
+// the queue's KnownObjects.
+//
+// A DeltaFIFO must be created with NewDeltaFIFO. It is safe for concurrent
+// use.
+type DeltaFIFO[K comparable, T any] struct {
+	queueBase
+
+	// q holds the queued keys, each once, in order of first arrival, with
+	// their pending deltas (never empty).
+	q keyedQueue[K, pending[T]]
+
+	keyFunc      KeyFunc[K, T]
+	known        KnownObjects[K, T]
+	listedType   DeltaType // Sync or Replaced
+	transform    TransformFunc[T]
+	replaceEpoch uint64 // numbers Replace calls, see pending.listedIn
+
+	batch []QueuedDeltas[K, T] // PopBatch's buffer, reused under the lock
+}
+
+type pending[T any] struct {
+	deltas Deltas[T]
+	// listedIn is the replaceEpoch of the last Replace that listed the
+	// key. It spares Replace a set of the listed keys: while Replace runs
+	// (with the lock held), a key was listed by it iff listedIn equals
+	// the current epoch.
+	listedIn uint64
+}
+
+// NewDeltaFIFO returns an empty DeltaFIFO configured by opts.
+// It panics if opts.KeyFunc is nil, the only way it panics: that is a
+// programming error, not bad data.
+func NewDeltaFIFO[K comparable, T any](opts DeltaFIFOOptions[K, T]) *DeltaFIFO[K, T] {
+	if opts.KeyFunc == nil {
+		panic("mirror: NewDeltaFIFO without a KeyFunc")
+	}
+	f := &DeltaFIFO[K, T]{
+		keyFunc:    opts.KeyFunc,
+		known:      opts.KnownObjects,
+		listedType: Sync,
+		transform:  opts.Transformer,
+	}
+	if opts.EmitDeltaTypeReplaced {
+		f.listedType = Replaced
+	}
+	f.init()
+	return f
+}
+
+var _ ReflectorStore[int] = (*DeltaFIFO[string, int])(nil)
+
+// Add queues an Added delta for obj. If the key function or the
+// transformer fails, Add returns the error (a *KeyError for the key
+// function) and changes nothing.
+func (f *DeltaFIFO[K, T]) Add(obj T) error { return f.add(Added, obj) }
+
+// Update queues an Updated delta for obj, like Add.
+func (f *DeltaFIFO[K, T]) Update(obj T) error { return f.add(Updated, obj) }
+
+func (f *DeltaFIFO[K, T]) add(typ DeltaType, obj T) error {
+	key, err := keyOf(f.keyFunc, obj)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if obj, err = f.transformLocked(key, obj); err != nil {
+		return err
+	}
+	f.initial.populateLocked()
+	f.queueLocked(key, Delta[T]{Type: typ, Object: obj})
+	return nil
+}
+
+// Delete queues a Deleted delta for obj, unless the key is neither queued
+// nor in KnownObjects: then the deletion was already reported (by a
+// relist's tombstone, say) and a second report would be false. Of two
+// deletions in a row only one is kept (see Replace). If the key function
+// or the transformer fails, Delete returns the error (a *KeyError for the
+// key function) and changes nothing.
+func (f *DeltaFIFO[K, T]) Delete(obj T) error {
+	key, err := keyOf(f.keyFunc, obj)
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.initial.populateLocked()
+	if _, queued := f.q.find(key); !queued {
+		if f.known == nil {
+			return nil
+		}
+		if _, known := f.known.GetByKey(key); !known {
+			return nil
+		}
+	}
+	if obj, err = f.transformLocked(key, obj); err != nil {
+		return err
+	}
+	f.queueLocked(key, Delta[T]{Type: Deleted, Object: obj})
+	return nil
+}
+
+// transformLocked applies the transformer, if any, to obj.
+func (f *DeltaFIFO[K, T]) transformLocked(key K, obj T) (T, error) {
+	if f.transform == nil {
+		return obj, nil
+	}
+	out, err := f.transform(obj)
+	if err != nil {
+		return obj, fmt.Errorf("mirror: transform object with key %v: %w", key, err)
+	}
+	return out, nil
+}
+
+// queueLocked appends d to key's deltas, queueing the key if needed.
+func (f *DeltaFIFO[K, T]) queueLocked(key K, d Delta[T]) *pending[T] {
+	p, queued := f.q.find(key)
+	if queued {
+		p.deltas = appendDelta(p.deltas, d)
+	} else {
+		p = f.q.push(key, pending[T]{deltas: Deltas[T]{d}})
+	}
+	f.cond.Broadcast()
+	return p
+}
+
+// appendDelta appends d to ds, except that two deletions in a row collapse
+// into one. A watch and a relist can both report one deletion: the watch
+// as a real Deleted, the relist as a tombstone. Reporting it twice would
+// make consumers handle one deletion twice, so the delta that knows the
+// final state wins: a real deletion over a tombstone, the newer of two
+// real deletions, and the older of two tombstones (a second tombstone
+// adds nothing, as it is built from the same last known object).
+func appendDelta[T any](ds Deltas[T], d Delta[T]) Deltas[T] {
+	if n := len(ds); n > 0 && d.Type == Deleted && ds[n-1].Type == Deleted {
+		if !d.Tombstone {
+			ds[n-1] = d
+		}
+		return ds
+	}
+	if n := len(ds); n > 0 && n == cap(ds) {
+		// A key that gathers a second delta before it is popped is
+		// likely a busy one that will gather more: grow to 4 at once
+		// rather than through 2.
+		ds = slices.Grow(ds, max(n, 3))
+	}
+	return append(ds, d)
+}
+
+// AddIfNotPresent queues deltas (which must come from Pop) under key,
+// unless key is queued: then its queued deltas, which are newer, win and
+// deltas is dropped. A consumer uses it to retry a key it failed to
+// process without reordering it behind, or duplicating, newer changes.
+// The queue keeps a copy of deltas. Empty deltas queue nothing.
+func (f *DeltaFIFO[K, T]) AddIfNotPresent(key K, deltas Deltas[T]) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.initial.populateLocked()
+	if len(deltas) > 0 {
+		f.requeueLocked(key, slices.Clone(deltas))
+	}
+	return nil
+}
+
+// requeueLocked queues deltas under key if key is not queued.
+func (f *DeltaFIFO[K, T]) requeueLocked(key K, deltas Deltas[T]) {
+	if _, queued := f.q.find(key); queued {
+		return
+	}
+	f.q.push(key, pending[T]{deltas: deltas})
+	f.cond.Broadcast()
+}
+
+// Replace records a relist: list is the whole content of the source as of
+// resourceVersion (which the queue does not use).
+//
+// It queues a Sync delta (Replaced with EmitDeltaTypeReplaced) for each
+// listed object. Then it queues a tombstone (a Deleted delta with
+// Tombstone set) for every key it holds that the list lacks, carrying the
+// key's newest queued object, and, with KnownObjects, for every known key
+// that the list lacks and that is not queued, carrying the known object:
+// those objects left the source while nobody watched. A tombstone that
+// follows a queued deletion is dropped, as the deletion already says it.
+//
+// Objects whose key cannot be computed are skipped. An object whose
+// transform fails is skipped too, but its key counts as listed, so it gets
+// no tombstone: it is still at the source. Replace applies everything
+// else and returns the failures joined.
+func (f *DeltaFIFO[K, T]) Replace(list []T, _ string) error {
+	var errs []error
+	var failed map[K]struct{} // listed keys whose transform failed; rare
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.replaceEpoch++
+	epoch := f.replaceEpoch
+	f.q.reserve(len(list))
+	for _, obj := range list {
+		key, err := keyOf(f.keyFunc, obj)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if obj, err = f.transformLocked(key, obj); err != nil {
+			errs = append(errs, err)
+			if p, queued := f.q.find(key); queued {
+				p.listedIn = epoch
+			} else {
+				if failed == nil {
+					failed = make(map[K]struct{})
+				}
+				failed[key] = struct{}{}
+			}
+			continue
+		}
+		f.queueLocked(key, Delta[T]{Type: f.listedType, Object: obj}).listedIn = epoch
+	}
+
+	for _, p := range f.q.all() {
+		if p.listedIn != epoch {
+			last := p.deltas[len(p.deltas)-1]
+			p.deltas = appendDelta(p.deltas, Delta[T]{Type: Deleted, Object: last.Object, Tombstone: true})
+		}
+	}
+
+	if f.known != nil {
+		for key, obj := range f.known.All() {
+			if _, queued := f.q.find(key); queued {
+				continue // listed, or got its tombstone above
+			}
+			if _, ok := failed[key]; ok {
+				continue
+			}
+			f.queueLocked(key, Delta[T]{Type: Deleted, Object: obj, Tombstone: true})
+		}
+	}
+
+	// Every queued key is now one this Replace listed or tombstoned (or,
+	// rarely, one whose transform failed and that was queued already),
+	// so the initial list is the whole queue.
+	f.initial.replacedLocked(f.q.len())
+	return errors.Join(errs...)
+}
+
+// Resync queues a Sync delta, carrying the known object, for every key in
+// KnownObjects that has no pending deltas, so that consumers see every
+// object again periodically. A key with pending deltas is skipped: they
+// will reach the consumer anyway, and a Sync built from the known object,
+// which predates them, would come after them and roll the consumer back.
+// Without KnownObjects Resync does nothing. It always returns nil.
+func (f *DeltaFIFO[K, T]) Resync() error {
+	if f.known == nil {
+		return nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for key, obj := range f.known.All() {
+		if _, queued := f.q.find(key); !queued {
+			f.queueLocked(key, Delta[T]{Type: Sync, Object: obj})
+		}
+	}
+	return nil
+}
+
+// Get returns a copy of the pending deltas of obj's key, oldest first. If
+// the key function fails it returns a *KeyError.
+func (f *DeltaFIFO[K, T]) Get(obj T) (Deltas[T], bool, error) {
+	key, err := keyOf(f.keyFunc, obj)
+	if err != nil {
+		return nil, false, err
+	}
+	d, ok := f.GetByKey(key)
+	return d, ok, nil
+}
+
+// GetByKey returns a copy of the pending deltas of key, oldest first.
+func (f *DeltaFIFO[K, T]) GetByKey(key K) (Deltas[T], bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, ok := f.q.find(key)
+	if !ok {
+		return nil, false
+	}
+	return slices.Clone(p.deltas), true
+}
+
+// List returns the newest object of each queued key, in the order the
+// keys will be popped.
+func (f *DeltaFIFO[K, T]) List() []T {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	list := make([]T, 0, f.q.len())
+	for _, p := range f.q.all() {
+		list = append(list, p.deltas[len(p.deltas)-1].Object)
+	}
+	return list
+}
+
+// ListKeys returns the queued keys, in the order they will be popped.
+func (f *DeltaFIFO[K, T]) ListKeys() []K {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	keys := make([]K, 0, f.q.len())
+	for key := range f.q.all() {
+		keys = append(keys, key)
+	}
+	return keys
+}
+
+// Len returns the number of queued keys.
+func (f *DeltaFIFO[K, T]) Len() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.q.len()
+}
+
+// Pop waits until a key is queued, removes the oldest and calls process
+// with it, its deltas (oldest first) and whether they belong to the
+// initial list (see HasSynced).
+//
+// process runs with the queue's lock held, so it must not call the
+// queue's methods, and it should be quick: producers wait for it. The
+// lock is what keeps a consumer's cache (the KnownObjects) in step with
+// the queue: a Replace, Resync or Delete consulting the cache cannot run
+// between the pop of a key and the cache update that process makes for
+// it, which would, for example, make a relist miss a deletion.
+//
+// If process returns an error wrapping ErrRequeue, the deltas are queued
+// again, at the back. The rule is AddIfNotPresent's (newer deltas queued
+// under the key meanwhile would win), but as process holds the lock,
+// nothing can have queued the key, so the deltas always go back. Pop
+// returns process's error; ctx.Err() if ctx is done (checked first, even
+// if keys are queued); or ErrClosed once the queue is closed and empty.
+// Keys queued before Close are still handed out.
+func (f *DeltaFIFO[K, T]) Pop(ctx context.Context, process PopFunc[K, T]) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := waitLocked(ctx, &f.queueBase, &f.q); err != nil {
+		return err
+	}
+	key, deltas, initial := f.popLocked()
+	err := process(key, deltas, initial)
+	if errors.Is(err, ErrRequeue) {
+		f.initial.populateLocked()
+		f.requeueLocked(key, deltas)
+	}
+	return err
+}
+
+// PopBatch is Pop for up to maxKeys keys at once (maxKeys < 1 means 1):
+// it waits until a key is queued, removes up to maxKeys of the oldest and
+// calls process once with them, in queue order, with the lock held as Pop
+// does. batch is valid only until process returns (the queue reuses
+// it); the Deltas in it may be kept. If process returns an error wrapping
+// ErrRequeue, every key of the batch is queued again, in batch order,
+// under Pop's rule. PopBatch returns as Pop does.
+func (f *DeltaFIFO[K, T]) PopBatch(ctx context.Context, maxKeys int, process func(batch []QueuedDeltas[K, T]) error) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := waitLocked(ctx, &f.queueBase, &f.q); err != nil {
+		return err
+	}
+	batch := f.batch[:0]
+	for n := min(f.q.len(), max(maxKeys, 1)); len(batch) < n; {
+		key, deltas, initial := f.popLocked()
+		batch = append(batch, QueuedDeltas[K, T]{Key: key, Deltas: deltas, IsInInitialList: initial})
+	}
+	err := process(batch)
+	if errors.Is(err, ErrRequeue) {
+		f.initial.populateLocked()
+		for _, q := range batch {
+			f.requeueLocked(q.Key, q.Deltas)
+		}
+	}
+	clear(batch) // drop references to the popped objects
+	// Keep a modest buffer for next time, but not one a single huge
+	// batch inflated.
+	if cap(batch) <= maxKeptBatch {
+		f.batch = batch
+	} else {
+		f.batch = nil
+	}
+	return err
+}
+
+const maxKeptBatch = 1024
+
+// popLocked removes the front key, which must exist, and its deltas.
+func (f *DeltaFIFO[K, T]) popLocked() (K, Deltas[T], bool) {
+	key, p := f.q.pop()
+	return key, p.deltas, f.initial.poppedLocked()
+}
+
+// HasSynced reports whether the queue has handed out its initial list:
+// every key queued when the first Replace returned (its listed objects and
+// its tombstones) has been popped, or Add, Update, Delete or
+// AddIfNotPresent was called before any Replace. Once true it stays true.
+// It does not take the lock.
+func (f *DeltaFIFO[K, T]) HasSynced() bool { return f.initial.synced.Load() }
+
+// Close wakes every Pop and PopBatch waiting on an empty queue; from then
+// on they hand out what is still queued and then return ErrClosed.
+// Producers may still add; their deltas are popped too.
+func (f *DeltaFIFO[K, T]) Close() { f.close() }
+
+// IsClosed reports whether Close was called.
+func (f *DeltaFIFO[K, T]) IsClosed() bool { return f.isClosed() }
