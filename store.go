@@ -1,6 +1,13 @@
 package mirror
 
-import "iter"
+import (
+	"errors"
+	"fmt"
+	"iter"
+	"slices"
+	"sync"
+	"sync/atomic"
+)
 
 // Store is a keyed collection of objects that a Reflector can fill. The
 // Indexer in this package implements it; so does FIFO.
@@ -30,4 +37,696 @@ type Store[K comparable, T any] interface {
 type KnownObjects[K comparable, T any] interface {
 	GetByKey(key K) (item T, exists bool)
 	All() iter.Seq2[K, T]
+}
+
+// IndexFunc computes the values under which an object is indexed, such as
+// its namespace or its labels. It may return any number of values, including
+// none. It must depend only on obj's value: when an object is replaced or
+// deleted, the Indexer calls it again on the stored object to find the
+// entries to remove.
+type IndexFunc[T any] func(obj T) ([]string, error)
+
+// Indexers names index functions. A nil function indexes no object.
+type Indexers[T any] map[string]IndexFunc[T]
+
+// ErrUnknownIndex is returned, wrapped with the index name, when a query
+// names an index that does not exist.
+var ErrUnknownIndex = errors.New("mirror: unknown index")
+
+// IndexError reports that an index function failed for an object. The
+// Indexer is left as it was: an Add is not applied, an Update keeps the old
+// value, and the indexes stay consistent with the stored objects.
+type IndexError struct {
+	// Index is the name of the index whose function failed.
+	Index string
+	// Object is the object it failed for.
+	Object any
+	// Err is the index function's error.
+	Err error
+}
+
+// Error implements error.
+func (e *IndexError) Error() string {
+	return fmt.Sprintf("mirror: index %q failed for object %v: %v", e.Index, e.Object, e.Err)
+}
+
+// Unwrap returns the index function's error.
+func (e *IndexError) Unwrap() error { return e.Err }
+
+// Indexer is a thread-safe store of objects by key, with named secondary
+// indexes. It is the informer's cache, and it implements Store and
+// KnownObjects.
+//
+// Objects are stored as given, not copied. An object must not be modified
+// once stored, nor when a query returns it: other goroutines may be reading
+// it, and the Indexer finds its index entries by calling the index
+// functions on it again.
+//
+// Writers compute the new object's key and index values before they take
+// the Indexer's lock, so a failing index function cannot leave the indexes
+// half updated. Under the lock they call the index functions only on the
+// object being replaced or deleted, to find its entries; AddIndexers is the
+// exception and indexes every stored object under the lock. An index
+// function that panics leaves the Indexer as it was.
+//
+// All methods are safe for concurrent use. The zero value is not usable;
+// create Indexers with NewIndexer.
+type Indexer[K comparable, T any] struct {
+	keyFunc KeyFunc[K, T]
+
+	// defs lists the index functions in a fixed order. It is published
+	// atomically so that writers can compute index values before taking mu;
+	// it changes only under mu (AddIndexers), and a writer that finds it
+	// changed once it holds mu computes again.
+	defs atomic.Pointer[indexDefs[T]]
+
+	mu       sync.RWMutex
+	contents contents[K, T] // guarded by mu
+
+	// gen counts Replace calls (guarded by mu), so that an iteration that
+	// dropped the lock can tell it is walking maps no longer in use.
+	gen uint64
+}
+
+var (
+	_ Store[string, int]        = (*Indexer[string, int])(nil)
+	_ KnownObjects[string, int] = (*Indexer[string, int])(nil)
+)
+
+// indexDefs lists index names and functions. It is not changed once
+// published in Indexer.defs.
+type indexDefs[T any] struct {
+	names []string
+	funcs []IndexFunc[T]
+}
+
+// lookup returns the position of the named index, or -1.
+func (d *indexDefs[T]) lookup(name string) int {
+	return slices.Index(d.names, name)
+}
+
+// add appends indexers to d in the order of their names, so that which
+// failure is reported when several indexes fail does not vary.
+func (d *indexDefs[T]) add(indexers Indexers[T]) {
+	start := len(d.names)
+	for name := range indexers {
+		d.names = append(d.names, name)
+	}
+	slices.Sort(d.names[start:])
+	for _, name := range d.names[start:] {
+		d.funcs = append(d.funcs, indexers[name])
+	}
+}
+
+// values appends obj's values for every index to dst.
+func (d *indexDefs[T]) values(dst [][]string, obj T) ([][]string, error) {
+	for j, f := range d.funcs {
+		var v []string
+		if f != nil {
+			var err error
+			if v, err = f(obj); err != nil {
+				return dst, &IndexError{Index: d.names[j], Object: obj, Err: err}
+			}
+		}
+		dst = append(dst, v)
+	}
+	return dst, nil
+}
+
+// priorValues is a stored object's values for one index, computed again
+// when the object is replaced or deleted. If ok is false the index
+// function failed, and the object's entries must be found by a scan.
+type priorValues struct {
+	vals []string
+	ok   bool
+}
+
+// priors appends the stored object old's values for every index to dst.
+func (d *indexDefs[T]) priors(dst []priorValues, old T) []priorValues {
+	for _, f := range d.funcs {
+		p := priorValues{ok: true}
+		if f != nil {
+			v, err := f(old)
+			p = priorValues{vals: v, ok: err == nil}
+		}
+		dst = append(dst, p)
+	}
+	return dst
+}
+
+// contents is the data an Indexer guards: the objects and, parallel to the
+// Indexer's defs, one index each.
+type contents[K comparable, T any] struct {
+	items   map[K]T
+	indexes []index[K]
+}
+
+func newContents[K comparable, T any](defs *indexDefs[T], size int) contents[K, T] {
+	c := contents[K, T]{items: make(map[K]T, size), indexes: make([]index[K], len(defs.funcs))}
+	for j := range c.indexes {
+		c.indexes[j] = index[K]{}
+	}
+	return c
+}
+
+// set stores obj under key. vals holds obj's values, one entry per index
+// of defs, the definitions c was built for. The caller must hold the lock
+// of the Indexer that owns c, if any.
+func (c *contents[K, T]) set(defs *indexDefs[T], key K, obj T, vals [][]string) (old T, existed bool) {
+	old, existed = c.items[key]
+	if !existed {
+		c.items[key] = obj
+		for j, ix := range c.indexes {
+			ix.add(key, vals[j])
+		}
+		return old, false
+	}
+	// Every call to user code comes before the first change, so that a
+	// panic leaves c as it was.
+	var buf [4]priorValues
+	priors := defs.priors(buf[:0], old)
+	c.items[key] = obj
+	for j, ix := range c.indexes {
+		ix.update(key, priors[j], vals[j])
+	}
+	return old, true
+}
+
+// delete removes key, whose stored object is old. The caller must hold the
+// lock of the Indexer that owns c.
+func (c *contents[K, T]) delete(defs *indexDefs[T], key K, old T) {
+	var buf [4]priorValues
+	priors := defs.priors(buf[:0], old)
+	delete(c.items, key)
+	for j, ix := range c.indexes {
+		ix.remove(key, priors[j])
+	}
+}
+
+// index maps each value of one index to the set of keys of the objects
+// that have it. A set that empties is deleted, so that churn through many
+// distinct values (short-lived namespaces, say) does not grow memory.
+//
+// An index does not remember which values each key has: it recomputes
+// them from the stored object when that object is replaced or deleted.
+// Remembering would save one index function call per update (for a
+// namespace index, about 80 ns and an allocation: BenchmarkIndexer_IndexFunc)
+// but doubles what the index costs per object (BenchmarkIndexer_Memory, one
+// namespace index on 100k keys: 98 B/key recomputing, 198 B/key
+// remembering), and the informer's cache must stay small.
+type index[K comparable] map[string]map[K]struct{}
+
+// add indexes key under vals.
+func (ix index[K]) add(key K, vals []string) {
+	for _, v := range vals {
+		ix.addValue(key, v)
+	}
+}
+
+// addValue adds key to the set of v.
+func (ix index[K]) addValue(key K, v string) {
+	set := ix[v]
+	if set == nil {
+		set = make(map[K]struct{}, 1)
+		ix[v] = set
+	}
+	set[key] = struct{}{}
+}
+
+// removeValue removes key from the set of v and reports whether it was
+// there.
+func (ix index[K]) removeValue(key K, v string) bool {
+	set := ix[v]
+	if _, ok := set[key]; !ok {
+		return false
+	}
+	delete(set, key)
+	if len(set) == 0 {
+		delete(ix, v)
+	}
+	return true
+}
+
+// remove removes key from the values in prior, or from wherever it is if
+// prior is unknown or wrong.
+func (ix index[K]) remove(key K, prior priorValues) {
+	if prior.ok {
+		found := true
+		for n, v := range prior.vals {
+			// A value listed twice is not there the second time.
+			if !ix.removeValue(key, v) && !slices.Contains(prior.vals[:n], v) {
+				found = false
+			}
+		}
+		if found {
+			return
+		}
+	}
+	ix.purge(key)
+}
+
+// purge removes key from every value. It is the way out when an object's
+// entries cannot be recomputed: the index function failed on the stored
+// object, or gave values the key was not under because the object was
+// changed in place.
+func (ix index[K]) purge(key K) {
+	for v, set := range ix {
+		if _, ok := set[key]; ok {
+			delete(set, key)
+			if len(set) == 0 {
+				delete(ix, v)
+			}
+		}
+	}
+}
+
+// update moves key from the values in prior to vals.
+func (ix index[K]) update(key K, prior priorValues, vals []string) {
+	if prior.ok && slices.Equal(prior.vals, vals) {
+		// The common case (an object changed but its namespace did not)
+		// touches nothing and allocates nothing.
+		return
+	}
+	if !prior.ok || len(prior.vals)+len(vals) > 16 {
+		// Past a few values, quadratic diffing stops paying.
+		ix.remove(key, prior)
+		ix.add(key, vals)
+		return
+	}
+	// Leave in place the entries both lists share, so that a set holding
+	// only this key is not deleted and made again.
+	for n, v := range prior.vals {
+		if slices.Contains(vals, v) {
+			continue
+		}
+		if !ix.removeValue(key, v) && !slices.Contains(prior.vals[:n], v) {
+			ix.purge(key)
+			ix.add(key, vals)
+			return
+		}
+	}
+	for _, v := range vals {
+		if !slices.Contains(prior.vals, v) {
+			ix.addValue(key, v)
+		}
+	}
+}
+
+// NewIndexer returns an empty Indexer that keys objects with keyFunc and
+// maintains the given indexes. It panics if keyFunc is nil.
+func NewIndexer[K comparable, T any](keyFunc KeyFunc[K, T], indexers Indexers[T]) *Indexer[K, T] {
+	if keyFunc == nil {
+		panic("mirror: NewIndexer called with a nil key function")
+	}
+	i := &Indexer[K, T]{keyFunc: keyFunc}
+	defs := &indexDefs[T]{}
+	defs.add(indexers)
+	i.defs.Store(defs)
+	i.contents = newContents[K](defs, 0)
+	return i
+}
+
+// Add stores obj under its key, replacing any object stored there. It
+// returns a *KeyError or an *IndexError, and changes nothing, if the key
+// or an index value cannot be computed.
+func (i *Indexer[K, T]) Add(obj T) error { return i.store(obj) }
+
+// Update is Add: the Indexer does not distinguish them.
+func (i *Indexer[K, T]) Update(obj T) error { return i.store(obj) }
+
+func (i *Indexer[K, T]) store(obj T) error {
+	key, err := keyOf(i.keyFunc, obj)
+	if err != nil {
+		return err
+	}
+	_, _, err = i.Set(key, obj)
+	return err
+}
+
+// Delete removes the object with obj's key, if any. It fails, with a
+// *KeyError, only if the key cannot be computed.
+func (i *Indexer[K, T]) Delete(obj T) error {
+	key, err := keyOf(i.keyFunc, obj)
+	if err != nil {
+		return err
+	}
+	i.DeleteKey(key)
+	return nil
+}
+
+// Set stores obj under key, replacing any object stored there, and returns
+// the object it replaced. It is for callers that already know the key. It
+// fails only if an index function fails for obj; it then returns an
+// *IndexError and changes nothing.
+func (i *Indexer[K, T]) Set(key K, obj T) (old T, existed bool, err error) {
+	// Most Indexers have a few indexes; computing into an array on the
+	// stack saves an allocation per call.
+	var buf [4][]string
+	for {
+		defs := i.defs.Load()
+		vals, err := defs.values(buf[:0], obj)
+		if err != nil {
+			return old, false, err
+		}
+		if old, existed, ok := i.setIfCurrent(defs, key, obj, vals); ok {
+			return old, existed, nil
+		}
+		// AddIndexers ran meanwhile: compute again with its indexes.
+	}
+}
+
+// setIfCurrent stores obj, whose values vals were computed with defs,
+// unless the Indexer's definitions are no longer defs.
+func (i *Indexer[K, T]) setIfCurrent(defs *indexDefs[T], key K, obj T, vals [][]string) (old T, existed, ok bool) {
+	i.mu.Lock()
+	defer i.mu.Unlock() // index functions run under the lock and may panic
+	if i.defs.Load() != defs {
+		return old, false, false
+	}
+	old, existed = i.contents.set(defs, key, obj, vals)
+	return old, existed, true
+}
+
+// DeleteKey removes the object stored under key and returns it, or reports
+// false if there was none.
+func (i *Indexer[K, T]) DeleteKey(key K) (old T, existed bool) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	old, existed = i.contents.items[key]
+	if existed {
+		i.contents.delete(i.defs.Load(), key, old)
+	}
+	return old, existed
+}
+
+// Replace makes list the whole content of the Indexer; resourceVersion is
+// not used. An object whose key or index values cannot be computed is
+// skipped and the rest are stored; Replace then returns the failures
+// (*KeyError, *IndexError) joined with errors.Join. When several objects in
+// list have one key, the last one wins.
+//
+// Replace builds the new content before taking the lock, so readers see
+// either the old content or the new, and are blocked only for the swap.
+func (i *Indexer[K, T]) Replace(list []T, resourceVersion string) error {
+	var buf [4][]string
+	for {
+		defs := i.defs.Load()
+		c := newContents[K](defs, len(list))
+		var errs []error
+		for _, obj := range list {
+			key, err := keyOf(i.keyFunc, obj)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			vals, err := defs.values(buf[:0], obj)
+			if err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			c.set(defs, key, obj, vals)
+		}
+		i.mu.Lock()
+		if i.defs.Load() == defs {
+			i.contents = c
+			i.gen++
+			i.mu.Unlock()
+			return errors.Join(errs...)
+		}
+		i.mu.Unlock()
+	}
+}
+
+// Resync does nothing: an Indexer has no consumer to offer its content to.
+// It always returns nil.
+func (i *Indexer[K, T]) Resync() error { return nil }
+
+// Get returns the object stored under obj's key. It fails, with a
+// *KeyError, only if the key cannot be computed.
+func (i *Indexer[K, T]) Get(obj T) (item T, exists bool, err error) {
+	key, err := keyOf(i.keyFunc, obj)
+	if err != nil {
+		return item, false, err
+	}
+	item, exists = i.GetByKey(key)
+	return item, exists, nil
+}
+
+// GetByKey returns the object stored under key.
+func (i *Indexer[K, T]) GetByKey(key K) (item T, exists bool) {
+	i.mu.RLock()
+	item, exists = i.contents.items[key]
+	i.mu.RUnlock()
+	return item, exists
+}
+
+// List returns every stored object, in no particular order, in a new slice
+// the caller owns.
+func (i *Indexer[K, T]) List() []T {
+	i.mu.RLock()
+	defer i.mu.RUnlock()
+	list := make([]T, 0, len(i.contents.items))
+	for _, obj := range i.contents.items {
+		list = append(list, obj)
+	}
+	return list
+}
+
+// ListKeys returns every key, in no particular order, in a new slice the
+// caller owns.
+func (i *Indexer[K, T]) ListKeys() []K {
+	i.mu.RLock()
+	defer i.mu.RUnlock()
+	keys := make([]K, 0, len(i.contents.items))
+	for key := range i.contents.items {
+		keys = append(keys, key)
+	}
+	return keys
+}
+
+// Len returns the number of stored objects.
+func (i *Indexer[K, T]) Len() int {
+	i.mu.RLock()
+	defer i.mu.RUnlock()
+	return len(i.contents.items)
+}
+
+// All yields every key with its object, in no particular order, without
+// copying the content first.
+//
+// The lock is not held while the loop body runs, so the body may call any
+// method, writes included. A key stored or removed during the iteration
+// may or may not be yielded; every other key is yielded exactly once, with
+// the object stored under it at some moment during the iteration.
+func (i *Indexer[K, T]) All() iter.Seq2[K, T] {
+	return func(yield func(K, T) bool) {
+		i.mu.RLock()
+		gen := i.gen
+		for key, obj := range i.contents.items {
+			if i.gen != gen {
+				// A Replace swapped the maps while the lock was released:
+				// yield what the current content holds for the keys the
+				// old map still has to offer.
+				var ok bool
+				if obj, ok = i.contents.items[key]; !ok {
+					continue
+				}
+			}
+			i.mu.RUnlock()
+			if !yield(key, obj) {
+				return
+			}
+			i.mu.RLock()
+		}
+		i.mu.RUnlock()
+	}
+}
+
+// indexLocked returns the position of the named index and the index. The
+// caller must hold the lock.
+func (i *Indexer[K, T]) indexLocked(name string) (int, index[K], error) {
+	j := i.defs.Load().lookup(name)
+	if j < 0 {
+		return -1, nil, fmt.Errorf("%w %q", ErrUnknownIndex, name)
+	}
+	return j, i.contents.indexes[j], nil
+}
+
+// Index returns the objects that share at least one of obj's values for
+// the named index, each once, in no particular order. It fails with an
+// error wrapping ErrUnknownIndex if there is no such index, and with an
+// *IndexError if the index function fails for obj.
+func (i *Indexer[K, T]) Index(indexName string, obj T) ([]T, error) {
+	defs := i.defs.Load()
+	j := defs.lookup(indexName)
+	if j < 0 {
+		return nil, fmt.Errorf("%w %q", ErrUnknownIndex, indexName)
+	}
+	var vals []string
+	if f := defs.funcs[j]; f != nil {
+		var err error
+		if vals, err = f(obj); err != nil {
+			return nil, &IndexError{Index: indexName, Object: obj, Err: err}
+		}
+	}
+	i.mu.RLock()
+	defer i.mu.RUnlock()
+	// Indexes are only ever appended, so position j still names the index
+	// the function came from.
+	ix := i.contents.indexes[j]
+	if len(vals) == 1 {
+		// The common case needs no deduplication.
+		return i.objectsLocked(ix[vals[0]]), nil
+	}
+	seen := make(map[K]struct{})
+	var list []T
+	for _, v := range vals {
+		for key := range ix[v] {
+			if _, dup := seen[key]; !dup {
+				seen[key] = struct{}{}
+				list = append(list, i.contents.items[key])
+			}
+		}
+	}
+	return list, nil
+}
+
+// objectsLocked returns the objects stored under keys. The caller must
+// hold the lock.
+func (i *Indexer[K, T]) objectsLocked(keys map[K]struct{}) []T {
+	list := make([]T, 0, len(keys))
+	for key := range keys {
+		list = append(list, i.contents.items[key])
+	}
+	return list
+}
+
+// ByIndex returns the objects that have indexedValue among their values
+// for the named index, in no particular order, in a new slice the caller
+// owns. It fails with an error wrapping ErrUnknownIndex if there is no such
+// index.
+func (i *Indexer[K, T]) ByIndex(indexName, indexedValue string) ([]T, error) {
+	i.mu.RLock()
+	defer i.mu.RUnlock()
+	_, ix, err := i.indexLocked(indexName)
+	if err != nil {
+		return nil, err
+	}
+	return i.objectsLocked(ix[indexedValue]), nil
+}
+
+// IndexKeys returns the keys of the objects that have indexedValue among
+// their values for the named index, in no particular order. It fails with
+// an error wrapping ErrUnknownIndex if there is no such index.
+func (i *Indexer[K, T]) IndexKeys(indexName, indexedValue string) ([]K, error) {
+	i.mu.RLock()
+	defer i.mu.RUnlock()
+	_, ix, err := i.indexLocked(indexName)
+	if err != nil {
+		return nil, err
+	}
+	set := ix[indexedValue]
+	keys := make([]K, 0, len(set))
+	for key := range set {
+		keys = append(keys, key)
+	}
+	return keys, nil
+}
+
+// ByIndexAll yields the keys and objects that have indexedValue among their
+// values for the named index, in no particular order, without copying them
+// first. If there is no such index it yields nothing; use ByIndex or
+// IndexKeys to tell an unknown index from an empty one.
+//
+// As with All, the lock is not held while the loop body runs. Every pair
+// yielded has indexedValue at the moment it is yielded; an object that
+// gains or loses the value during the iteration may or may not be yielded.
+func (i *Indexer[K, T]) ByIndexAll(indexName, indexedValue string) iter.Seq2[K, T] {
+	return func(yield func(K, T) bool) {
+		i.mu.RLock()
+		j, ix, err := i.indexLocked(indexName)
+		if err != nil {
+			i.mu.RUnlock()
+			return
+		}
+		gen := i.gen
+		for key := range ix[indexedValue] {
+			if i.gen != gen {
+				// A Replace swapped the maps while the lock was released:
+				// check the key against the current index.
+				if _, ok := i.contents.indexes[j][indexedValue][key]; !ok {
+					continue
+				}
+			}
+			obj := i.contents.items[key]
+			i.mu.RUnlock()
+			if !yield(key, obj) {
+				return
+			}
+			i.mu.RLock()
+		}
+		i.mu.RUnlock()
+	}
+}
+
+// ListIndexFuncValues returns every value the named index holds at least
+// one object under, in no particular order. It returns nil if there is no
+// such index.
+func (i *Indexer[K, T]) ListIndexFuncValues(indexName string) []string {
+	i.mu.RLock()
+	defer i.mu.RUnlock()
+	_, ix, err := i.indexLocked(indexName)
+	if err != nil {
+		return nil
+	}
+	vals := make([]string, 0, len(ix))
+	for v := range ix {
+		vals = append(vals, v)
+	}
+	return vals
+}
+
+// AddIndexers adds indexes and indexes every stored object under them. It
+// fails, and changes nothing, if one of the names is already in use, or,
+// with an *IndexError, if an index function fails for a stored object.
+//
+// AddIndexers holds the Indexer's lock while it calls the index functions
+// on every stored object, so it blocks readers and writers for that time.
+func (i *Indexer[K, T]) AddIndexers(newIndexers Indexers[T]) error {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	defs := i.defs.Load()
+	for name := range newIndexers {
+		if defs.lookup(name) >= 0 {
+			return fmt.Errorf("mirror: index %q already exists", name)
+		}
+	}
+	next := &indexDefs[T]{names: slices.Clone(defs.names), funcs: slices.Clone(defs.funcs)}
+	next.add(newIndexers)
+	added := &indexDefs[T]{names: next.names[len(defs.names):], funcs: next.funcs[len(defs.funcs):]}
+
+	c := newContents[K](added, 0)
+	var buf [4][]string
+	for key, obj := range i.contents.items {
+		vals, err := added.values(buf[:0], obj)
+		if err != nil {
+			return err
+		}
+		for j, ix := range c.indexes {
+			ix.add(key, vals[j])
+		}
+	}
+	i.contents.indexes = append(slices.Clip(i.contents.indexes), c.indexes...)
+	i.defs.Store(next)
+	return nil
+}
+
+// GetIndexers returns a copy of the index functions by name.
+func (i *Indexer[K, T]) GetIndexers() Indexers[T] {
+	defs := i.defs.Load()
+	indexers := make(Indexers[T], len(defs.names))
+	for j, name := range defs.names {
+		indexers[name] = defs.funcs[j]
+	}
+	return indexers
 }

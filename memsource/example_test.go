@@ -1,0 +1,106 @@
+package memsource_test
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/memsource"
+)
+
+// Setting is an object kept in a Source, named by its Name.
+type Setting struct {
+	Name, Value string
+}
+
+// A consumer lists the source, then watches the changes after the list's
+// version, as a Reflector does.
+func Example() {
+	ctx := context.Background()
+	src := memsource.New(func(s Setting) string { return s.Name }, memsource.Options{})
+	src.Put(Setting{"color", "blue"})
+	src.Put(Setting{"size", "L"})
+
+	list, err := src.List(ctx, mirror.ListOptions{})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("listed at", list.ResourceVersion, list.Items)
+
+	w, err := src.Watch(ctx, mirror.WatchOptions{ResourceVersion: list.ResourceVersion})
+	if err != nil {
+		panic(err)
+	}
+	defer w.Stop()
+
+	src.Put(Setting{"color", "green"})
+	src.Delete("size")
+	for range 2 {
+		ev, err := w.Next(ctx)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(ev.ResourceVersion, ev.Type, ev.Object)
+	}
+	// Output:
+	// listed at 2 [{color blue} {size L}]
+	// 3 Modified {color green}
+	// 4 Deleted {size L}
+}
+
+// Every page of a paged list is at the revision of the first, even when the
+// source changes between pages.
+func ExampleSource_List() {
+	ctx := context.Background()
+	src := memsource.New(func(s Setting) string { return s.Name }, memsource.Options{})
+	for _, name := range []string{"a", "b", "c", "d", "e"} {
+		src.Put(Setting{name, "1"})
+	}
+
+	opts := mirror.ListOptions{Limit: 2}
+	for {
+		page, err := src.List(ctx, opts)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println(page.ResourceVersion, page.Items)
+		if page.Continue == "" {
+			break
+		}
+		opts.Continue = page.Continue
+		src.Delete("e") // not seen by this list
+	}
+	// Output:
+	// 5 [{a 1} {b 1}]
+	// 5 [{c 1} {d 1}]
+	// 5 [{e 1}]
+}
+
+// The fault hooks make a Source misbehave the way remote sources do, to test
+// how a consumer copes.
+func ExampleSource_CutWatches() {
+	ctx := context.Background()
+	src := memsource.New(func(s Setting) string { return s.Name }, memsource.Options{})
+
+	w, err := src.Watch(ctx, mirror.WatchOptions{})
+	if err != nil {
+		panic(err)
+	}
+	src.CutWatches() // a dropped connection
+	_, err = w.Next(ctx)
+	fmt.Println(err)
+
+	src.FailNext(1, fmt.Errorf("no leader: %w", mirror.ErrUnavailable))
+	_, err = src.Watch(ctx, mirror.WatchOptions{})
+	fmt.Println(err)
+
+	src.Put(Setting{"a", "1"})
+	src.Put(Setting{"a", "2"})
+	src.Compact(2) // history up to revision 2 is gone
+	_, err = src.Watch(ctx, mirror.WatchOptions{ResourceVersion: "1"})
+	fmt.Println(err)
+	// Output:
+	// memsource: watch cut: mirror: source unavailable
+	// no leader: mirror: source unavailable
+	// memsource: watch from revision 1: compacted up to 2: mirror: resource version expired
+}

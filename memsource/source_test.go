@@ -1,0 +1,189 @@
+package memsource_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/memsource"
+)
+
+// obj is the object type of these tests.
+type obj struct {
+	Key string
+	Val int
+}
+
+func keyOf(o obj) string { return o.Key }
+
+func newSource(opts memsource.Options) *memsource.Source[obj] {
+	return memsource.New(keyOf, opts)
+}
+
+// Compile-time check that Source is a ListWatcher.
+var _ mirror.ListWatcher[obj] = (*memsource.Source[obj])(nil)
+
+func TestSource_RevisionsAreMonotonic(t *testing.T) {
+	s := newSource(memsource.Options{})
+	require.Zero(t, s.Revision())
+
+	steps := []struct {
+		name    string
+		do      func() (int64, bool)
+		wantRev int64
+		wantOK  bool
+	}{
+		{"create", func() (int64, bool) { return s.Put(obj{"a", 1}), true }, 1, true},
+		{"create another", func() (int64, bool) { return s.Put(obj{"b", 1}), true }, 2, true},
+		{"update", func() (int64, bool) { return s.Put(obj{"a", 2}), true }, 3, true},
+		{"update with the same value", func() (int64, bool) { return s.Put(obj{"a", 2}), true }, 4, true},
+		{"delete", func() (int64, bool) { return s.Delete("b") }, 5, true},
+		{"delete a missing key changes nothing", func() (int64, bool) { return s.Delete("b") }, 5, false},
+		{"recreate", func() (int64, bool) { return s.Put(obj{"b", 3}), true }, 6, true},
+	}
+	for _, st := range steps {
+		rev, ok := st.do()
+		assert.Equal(t, st.wantRev, rev, st.name)
+		assert.Equal(t, st.wantOK, ok, st.name)
+		assert.Equal(t, st.wantRev, s.Revision(), st.name)
+	}
+}
+
+func TestSource_ReadsSeeTheCurrentContent(t *testing.T) {
+	s := newSource(memsource.Options{})
+	s.Put(obj{"a", 1})
+	s.Put(obj{"b", 1})
+	s.Put(obj{"a", 2})
+	s.Delete("b")
+	s.Put(obj{"c", 1})
+
+	got, ok := s.Get("a")
+	assert.True(t, ok)
+	assert.Equal(t, obj{"a", 2}, got)
+	_, ok = s.Get("b")
+	assert.False(t, ok)
+	assert.Equal(t, 2, s.Len())
+
+	snap := s.Snapshot()
+	assert.Equal(t, map[string]obj{"a": {"a", 2}, "c": {"c", 1}}, snap)
+	snap["z"] = obj{"z", 0}
+	assert.Equal(t, 2, s.Len(), "the snapshot is a copy")
+}
+
+func TestSource_FailNextFailsTheNextCalls(t *testing.T) {
+	errBoom := fmt.Errorf("boom: %w", mirror.ErrUnavailable)
+	list := func(s *memsource.Source[obj]) error {
+		_, err := s.List(context.Background(), mirror.ListOptions{})
+		return err
+	}
+	watch := func(s *memsource.Source[obj]) error {
+		w, err := s.Watch(context.Background(), mirror.WatchOptions{})
+		if err == nil {
+			w.Stop()
+		}
+		return err
+	}
+	tests := []struct {
+		name  string
+		n     int
+		calls []func(*memsource.Source[obj]) error
+		fails []bool
+	}{
+		{"lists", 2, []func(*memsource.Source[obj]) error{list, list, list}, []bool{true, true, false}},
+		{"watches", 1, []func(*memsource.Source[obj]) error{watch, watch}, []bool{true, false}},
+		{"lists and watches share the count", 2, []func(*memsource.Source[obj]) error{watch, list, watch, list}, []bool{true, true, false, false}},
+		{"zero cancels", 0, []func(*memsource.Source[obj]) error{list, watch}, []bool{false, false}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newSource(memsource.Options{})
+			s.Put(obj{"a", 1})
+			s.FailNext(5, errBoom)
+			s.FailNext(tt.n, errBoom) // replaces the earlier setting
+			for i, call := range tt.calls {
+				err := call(s)
+				if tt.fails[i] {
+					require.ErrorIs(t, err, mirror.ErrUnavailable, "call %d", i)
+				} else {
+					require.NoError(t, err, "call %d", i)
+				}
+			}
+		})
+	}
+}
+
+func TestSource_HistoryLimitCompactsOldestChanges(t *testing.T) {
+	s := newSource(memsource.Options{HistoryLimit: 3})
+	for i := range 5 {
+		s.Put(obj{"a", i})
+	}
+	// Revisions 3, 4 and 5 are kept: a watch must start at 2 or later.
+	_, err := s.Watch(context.Background(), mirror.WatchOptions{ResourceVersion: "1"})
+	require.ErrorIs(t, err, mirror.ErrExpired)
+	w, err := s.Watch(context.Background(), mirror.WatchOptions{ResourceVersion: "2"})
+	require.NoError(t, err)
+	defer w.Stop()
+	for rev := 3; rev <= 5; rev++ {
+		ev, err := w.Next(context.Background())
+		require.NoError(t, err)
+		assert.Equal(t, fmt.Sprint(rev), ev.ResourceVersion)
+	}
+}
+
+func TestSource_CompactBeyondCurrentStopsAtCurrent(t *testing.T) {
+	s := newSource(memsource.Options{})
+	s.Put(obj{"a", 1})
+	s.Put(obj{"a", 2})
+	s.Compact(100)
+	w, err := s.Watch(context.Background(), mirror.WatchOptions{ResourceVersion: "2"})
+	require.NoError(t, err, "the current revision stays watchable")
+	w.Stop()
+	_, err = s.Watch(context.Background(), mirror.WatchOptions{ResourceVersion: "1"})
+	require.ErrorIs(t, err, mirror.ErrExpired)
+}
+
+func TestSource_InvalidResourceVersionIsInvalid(t *testing.T) {
+	s := newSource(memsource.Options{})
+	s.Put(obj{"a", 1})
+	for _, rv := range []string{"x", "-1", "1.5", " 1"} {
+		_, err := s.List(context.Background(), mirror.ListOptions{ResourceVersion: rv})
+		assert.ErrorIs(t, err, memsource.ErrInvalid, "list at %q", rv)
+		_, err = s.Watch(context.Background(), mirror.WatchOptions{ResourceVersion: rv})
+		assert.ErrorIs(t, err, memsource.ErrInvalid, "watch at %q", rv)
+	}
+}
+
+func TestSource_DoneContextFailsListAndWatch(t *testing.T) {
+	s := newSource(memsource.Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := s.List(ctx, mirror.ListOptions{})
+	assert.True(t, errors.Is(err, context.Canceled))
+	_, err = s.Watch(ctx, mirror.WatchOptions{})
+	assert.True(t, errors.Is(err, context.Canceled))
+}
+
+func TestSource_EventsCarryTheirRevisionAsDecimal(t *testing.T) {
+	// Revisions cross several powers of ten and many chunks of formatted
+	// revision strings.
+	s := newSource(memsource.Options{HistoryLimit: 20000})
+	w, err := s.Watch(context.Background(), mirror.WatchOptions{})
+	require.NoError(t, err)
+	defer w.Stop()
+	const n = 12345
+	for i := range n {
+		s.Put(obj{"a", i})
+	}
+	for rev := 1; rev <= n; rev++ {
+		ev, err := w.Next(context.Background())
+		require.NoError(t, err)
+		if ev.ResourceVersion != fmt.Sprint(rev) {
+			require.Equal(t, fmt.Sprint(rev), ev.ResourceVersion)
+		}
+	}
+}

@@ -1,0 +1,493 @@
+package memsource_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/memsource"
+)
+
+// Watch tests run in synctest bubbles: a Next that would block forever
+// fails the test as a deadlock instead of hanging it, and a goroutine left
+// behind fails it too.
+
+func watch(t *testing.T, s *memsource.Source[obj], opts mirror.WatchOptions) mirror.Watcher[obj] {
+	t.Helper()
+	w, err := s.Watch(t.Context(), opts)
+	require.NoError(t, err)
+	t.Cleanup(w.Stop)
+	return w
+}
+
+func next(t *testing.T, w mirror.Watcher[obj]) mirror.Event[obj] {
+	t.Helper()
+	ev, err := w.Next(t.Context())
+	require.NoError(t, err)
+	return ev
+}
+
+// nextAsync calls Next in a goroutine and returns where its result arrives.
+type result struct {
+	ev  mirror.Event[obj]
+	err error
+}
+
+func nextAsync(ctx context.Context, w mirror.Watcher[obj]) <-chan result {
+	ch := make(chan result, 1)
+	go func() {
+		ev, err := w.Next(ctx)
+		ch <- result{ev, err}
+	}()
+	return ch
+}
+
+// requireBlocked checks that nothing arrived on ch once the bubble is idle.
+func requireBlocked(t *testing.T, ch <-chan result) {
+	t.Helper()
+	synctest.Wait()
+	select {
+	case r := <-ch:
+		require.FailNow(t, "Next returned while it should block", "%+v", r)
+	default:
+	}
+}
+
+func ev(typ mirror.EventType, o obj, rv int) mirror.Event[obj] {
+	return mirror.Event[obj]{Type: typ, Object: o, ResourceVersion: strconv.Itoa(rv)}
+}
+
+func TestWatch_ReplaysFromAPastRevisionInOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSource(memsource.Options{})
+		s.Put(obj{"a", 1}) // 1
+		s.Put(obj{"b", 1}) // 2
+		s.Put(obj{"a", 2}) // 3
+		s.Delete("b")      // 4
+		s.Put(obj{"b", 2}) // 5
+		// What a watch from 0 would see:
+		all := []mirror.Event[obj]{
+			ev(mirror.EventAdded, obj{"a", 1}, 1),
+			ev(mirror.EventAdded, obj{"b", 1}, 2),
+			ev(mirror.EventModified, obj{"a", 2}, 3),
+			ev(mirror.EventDeleted, obj{"b", 1}, 4), // the last state
+			ev(mirror.EventAdded, obj{"b", 2}, 5),
+		}
+		for from := 1; from <= 5; from++ {
+			w := watch(t, s, mirror.WatchOptions{ResourceVersion: strconv.Itoa(from)})
+			for _, want := range all[from:] {
+				assert.Equal(t, want, next(t, w), "watch from %d", from)
+			}
+			requireBlocked(t, nextAsync(t.Context(), w))
+			w.Stop()
+		}
+	})
+}
+
+func TestWatch_FromNowSeesOnlyLaterChanges(t *testing.T) {
+	for _, rv := range []string{"", "0"} {
+		t.Run(fmt.Sprintf("rv=%q", rv), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := newSource(memsource.Options{})
+				s.Put(obj{"a", 1})
+				w := watch(t, s, mirror.WatchOptions{ResourceVersion: rv})
+				s.Put(obj{"a", 2})
+				assert.Equal(t, ev(mirror.EventModified, obj{"a", 2}, 2), next(t, w), "rv %q", rv)
+			})
+		})
+	}
+}
+
+func TestWatch_FutureRevisionWaitsForIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSource(memsource.Options{})
+		s.Put(obj{"a", 1})
+		w := watch(t, s, mirror.WatchOptions{ResourceVersion: "3"})
+		got := nextAsync(t.Context(), w)
+		s.Put(obj{"a", 2}) // 2
+		s.Put(obj{"a", 3}) // 3
+		requireBlocked(t, got)
+		s.Put(obj{"a", 4})
+		synctest.Wait()
+		r := <-got
+		require.NoError(t, r.err)
+		assert.Equal(t, ev(mirror.EventModified, obj{"a", 4}, 4), r.ev)
+	})
+}
+
+func TestWatch_FromCompactedRevisionExpires(t *testing.T) {
+	tests := []struct {
+		name    string
+		opts    memsource.Options
+		compact int64
+		from    string
+		wantErr error
+	}{
+		{"before the compaction", memsource.Options{}, 3, "2", mirror.ErrExpired},
+		{"at the compaction", memsource.Options{}, 3, "3", nil},
+		{"before the history limit", memsource.Options{HistoryLimit: 2}, 0, "2", mirror.ErrExpired},
+		{"at the history limit", memsource.Options{HistoryLimit: 2}, 0, "3", nil},
+		{"now, after compacting everything", memsource.Options{}, 5, "", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newSource(tt.opts)
+			fill(s, 5)
+			s.Compact(tt.compact)
+			w, err := s.Watch(t.Context(), mirror.WatchOptions{ResourceVersion: tt.from})
+			if tt.wantErr != nil {
+				require.ErrorIs(t, err, tt.wantErr)
+				return
+			}
+			require.NoError(t, err)
+			w.Stop()
+		})
+	}
+}
+
+func TestWatch_SlowWatcherOvertakenByCompactionExpires(t *testing.T) {
+	tests := []struct {
+		name     string
+		opts     memsource.Options
+		overtake func(s *memsource.Source[obj])
+	}{
+		{"compaction", memsource.Options{}, func(s *memsource.Source[obj]) {
+			fill(s, 3)
+			s.Compact(2)
+		}},
+		{"history limit", memsource.Options{HistoryLimit: 2}, func(s *memsource.Source[obj]) { fill(s, 3) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := newSource(tt.opts)
+				w := watch(t, s, mirror.WatchOptions{})
+				s.Put(obj{"a", 1})
+				assert.Equal(t, "1", next(t, w).ResourceVersion, tt.name)
+				tt.overtake(s) // the watcher still needs revision 2
+				_, err := w.Next(t.Context())
+				require.ErrorIs(t, err, mirror.ErrExpired, tt.name)
+				_, err = w.Next(t.Context())
+				require.ErrorIs(t, err, mirror.ErrExpired, "%s: the error is final", tt.name)
+			})
+		})
+	}
+}
+
+func TestWatch_CutWatchesEndsOpenWatchesAsUnavailable(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSource(memsource.Options{})
+		blocked := watch(t, s, mirror.WatchOptions{})
+		behind := watch(t, s, mirror.WatchOptions{})
+		got := nextAsync(t.Context(), blocked)
+		synctest.Wait()
+		s.Put(obj{"a", 1})
+		s.Put(obj{"a", 2})
+		assert.Equal(t, ev(mirror.EventAdded, obj{"a", 1}, 1), next(t, behind))
+		s.CutWatches()
+
+		r := <-got // the change may or may not have been seen before the cut
+		if r.err == nil {
+			r.ev, r.err = blocked.Next(t.Context())
+		}
+		require.ErrorIs(t, r.err, mirror.ErrUnavailable)
+		_, err := behind.Next(t.Context())
+		require.ErrorIs(t, err, mirror.ErrUnavailable, "pending changes are dropped with the connection")
+		_, err = behind.Next(t.Context())
+		require.ErrorIs(t, err, mirror.ErrUnavailable, "the error is final")
+
+		later := watch(t, s, mirror.WatchOptions{ResourceVersion: "1"})
+		assert.Equal(t, ev(mirror.EventModified, obj{"a", 2}, 2), next(t, later), "a new watch is not affected")
+	})
+}
+
+func TestWatch_BookmarkGoesOnlyToWatchersThatAllowIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSource(memsource.Options{})
+		s.Put(obj{"a", 1})
+		with := watch(t, s, mirror.WatchOptions{AllowBookmarks: true})
+		without := watch(t, s, mirror.WatchOptions{})
+		s.Put(obj{"a", 2})
+		s.Bookmark()
+		s.Put(obj{"a", 3})
+
+		assert.Equal(t, ev(mirror.EventModified, obj{"a", 2}, 2), next(t, with))
+		assert.Equal(t, mirror.Event[obj]{Type: mirror.EventBookmark, ResourceVersion: "2"}, next(t, with),
+			"the bookmark follows the changes made before it")
+		assert.Equal(t, ev(mirror.EventModified, obj{"a", 3}, 3), next(t, with))
+
+		assert.Equal(t, ev(mirror.EventModified, obj{"a", 2}, 2), next(t, without))
+		assert.Equal(t, ev(mirror.EventModified, obj{"a", 3}, 3), next(t, without))
+		requireBlocked(t, nextAsync(t.Context(), without))
+	})
+}
+
+func TestWatch_BookmarkFollowsExactlyTheChangesBeforeIt(t *testing.T) {
+	// A watcher far behind reads the history in batches; the bookmark must
+	// land right after the change it was made at, wherever batches split.
+	tests := []struct {
+		name      string
+		readFirst int // events read before the bookmark is made
+	}{
+		{"nothing read yet", 0},
+		{"inside a batch", 1},
+		{"at the bookmark", 100},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := newSource(memsource.Options{})
+				w := watch(t, s, mirror.WatchOptions{AllowBookmarks: true})
+				for i := range 100 {
+					s.Put(obj{"a", i})
+				}
+				for range tt.readFirst {
+					next(t, w)
+				}
+				s.Bookmark()
+				for i := range 150 {
+					s.Put(obj{"b", i})
+				}
+				var got []string
+				for range 250 - tt.readFirst + 1 {
+					e := next(t, w)
+					if e.Type == mirror.EventBookmark {
+						got = append(got, "bookmark "+e.ResourceVersion)
+					} else {
+						got = append(got, e.ResourceVersion)
+					}
+				}
+				want := []string{}
+				for rev := tt.readFirst + 1; rev <= 250; rev++ {
+					want = append(want, strconv.Itoa(rev))
+					if rev == 100 {
+						want = append(want, "bookmark 100")
+					}
+				}
+				if tt.readFirst == 100 {
+					want = append([]string{"bookmark 100"}, want...)
+				}
+				assert.Equal(t, want, got)
+				requireBlocked(t, nextAsync(t.Context(), w))
+			})
+		})
+	}
+}
+
+func TestWatch_BookmarkWakesABlockedNext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSource(memsource.Options{})
+		s.Put(obj{"a", 1})
+		w := watch(t, s, mirror.WatchOptions{AllowBookmarks: true})
+		got := nextAsync(t.Context(), w)
+		requireBlocked(t, got)
+		s.Bookmark()
+		r := <-got
+		require.NoError(t, r.err)
+		assert.Equal(t, mirror.Event[obj]{Type: mirror.EventBookmark, ResourceVersion: "1"}, r.ev)
+	})
+}
+
+func TestWatch_TimeoutEndsTheStreamWithEOF(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSource(memsource.Options{})
+		const timeout = 5 * time.Minute
+		w := watch(t, s, mirror.WatchOptions{Timeout: timeout})
+		got := nextAsync(t.Context(), w)
+		time.Sleep(timeout - time.Nanosecond) // advances the bubble's clock
+		requireBlocked(t, got)
+		s.Put(obj{"a", 1})
+		r := <-got
+		require.NoError(t, r.err, "the stream works until the timeout")
+		got = nextAsync(t.Context(), w)
+		time.Sleep(time.Nanosecond)
+		r = <-got
+		require.ErrorIs(t, r.err, io.EOF)
+	})
+}
+
+func TestWatch_StopIsIdempotentAndWakesABlockedNext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSource(memsource.Options{})
+		w := watch(t, s, mirror.WatchOptions{Timeout: time.Hour})
+		got := nextAsync(t.Context(), w)
+		requireBlocked(t, got)
+		w.Stop()
+		r := <-got
+		require.ErrorIs(t, r.err, io.EOF)
+		w.Stop()
+		s.Put(obj{"a", 1})
+		_, err := w.Next(t.Context())
+		require.ErrorIs(t, err, io.EOF, "a stopped stream delivers nothing more")
+	})
+}
+
+func TestWatch_ContextEndWakesABlockedNext(t *testing.T) {
+	tests := []struct {
+		name string
+		// watchCtx and nextCtx pick the contexts of Watch and Next from the
+		// one that is canceled and one that is not.
+		watchCtx, nextCtx func(canceled, other context.Context) context.Context
+	}{
+		{"watch context",
+			func(c, _ context.Context) context.Context { return c },
+			func(_, o context.Context) context.Context { return o }},
+		{"next context",
+			func(_, o context.Context) context.Context { return o },
+			func(c, _ context.Context) context.Context { return c }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := newSource(memsource.Options{})
+				ctx, cancel := context.WithCancel(t.Context())
+				w, err := s.Watch(tt.watchCtx(ctx, t.Context()), mirror.WatchOptions{Timeout: time.Hour})
+				require.NoError(t, err)
+				got := nextAsync(tt.nextCtx(ctx, t.Context()), w)
+				requireBlocked(t, got)
+				cancel()
+				r := <-got
+				require.ErrorIs(t, r.err, context.Canceled, tt.name)
+				s.Put(obj{"a", 1})
+				_, err = w.Next(t.Context())
+				require.ErrorIs(t, err, context.Canceled, "%s: the error is final", tt.name)
+			})
+		})
+	}
+}
+
+func TestWatch_SendInitialEventsThenBookmarkThenChanges(t *testing.T) {
+	tests := []struct {
+		name    string
+		from    string
+		at      int // the revision of the initial state
+		initial []obj
+		changes []mirror.Event[obj]
+	}{
+		{
+			name: "now", from: "", at: 4,
+			initial: []obj{{"a", 2}, {"c", 1}},
+			changes: []mirror.Event[obj]{ev(mirror.EventAdded, obj{"b", 9}, 5)},
+		},
+		{
+			name: "past revision", from: "2", at: 2,
+			initial: []obj{{"c", 1}, {"d", 1}},
+			changes: []mirror.Event[obj]{
+				ev(mirror.EventAdded, obj{"a", 2}, 3),
+				ev(mirror.EventDeleted, obj{"d", 1}, 4),
+				ev(mirror.EventAdded, obj{"b", 9}, 5),
+			},
+		},
+		{name: "first revision", from: "1", at: 1, initial: []obj{{"d", 1}}, changes: []mirror.Event[obj]{
+			ev(mirror.EventAdded, obj{"c", 1}, 2),
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := newSource(memsource.Options{})
+				s.Put(obj{"d", 1}) // 1
+				s.Put(obj{"c", 1}) // 2
+				s.Put(obj{"a", 2}) // 3
+				s.Delete("d")      // 4
+				w := watch(t, s, mirror.WatchOptions{ResourceVersion: tt.from, SendInitialEvents: true})
+				s.Put(obj{"b", 9}) // 5
+				s.Bookmark()       // not allowed: no bookmark but the initial one
+
+				for _, o := range tt.initial {
+					assert.Equal(t, ev(mirror.EventAdded, o, tt.at), next(t, w), tt.name)
+				}
+				assert.Equal(t, mirror.Event[obj]{Type: mirror.EventBookmark, ResourceVersion: strconv.Itoa(tt.at), InitialEventsEnd: true},
+					next(t, w), tt.name)
+				for _, want := range tt.changes {
+					assert.Equal(t, want, next(t, w), tt.name)
+				}
+			})
+		})
+	}
+}
+
+func TestWatch_SendInitialEventsOutsideTheHistoryFails(t *testing.T) {
+	s := newSource(memsource.Options{})
+	fill(s, 4)
+	s.Compact(2)
+	for rv, wantErr := range map[string]error{"1": mirror.ErrExpired, "5": mirror.ErrTooLargeResourceVersion} {
+		_, err := s.Watch(t.Context(), mirror.WatchOptions{ResourceVersion: rv, SendInitialEvents: true})
+		require.ErrorIs(t, err, wantErr, "rv %s", rv)
+	}
+}
+
+func TestWatch_ConcurrentWritersAndWatchersSeeEveryRevisionOnceInOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const writers, perWriter, watchers = 4, 300, 4
+		const total = writers * perWriter
+		s := newSource(memsource.Options{})
+		var ws []mirror.Watcher[obj]
+		for range watchers {
+			ws = append(ws, watch(t, s, mirror.WatchOptions{AllowBookmarks: true}))
+		}
+
+		var wg sync.WaitGroup
+		for i := range writers {
+			wg.Go(func() {
+				for j := range perWriter {
+					key := fmt.Sprintf("w%d-%d", i, j%7)
+					if j%3 == 2 {
+						if _, ok := s.Delete(key); ok {
+							continue
+						}
+					}
+					s.Put(obj{key, j})
+				}
+			})
+		}
+		wg.Go(func() {
+			for range 20 {
+				s.Bookmark()
+			}
+		})
+		mirrors := make([]map[string]obj, watchers)
+		for i, w := range ws {
+			wg.Go(func() {
+				m := make(map[string]obj)
+				mirrors[i] = m
+				var last int64
+				for last < total {
+					e, err := w.Next(t.Context())
+					if !assert.NoError(t, err) {
+						return
+					}
+					rev, err := strconv.ParseInt(e.ResourceVersion, 10, 64)
+					require.NoError(t, err)
+					switch e.Type {
+					case mirror.EventBookmark:
+						assert.Equal(t, last, rev, "a bookmark reports the last revision delivered")
+						continue
+					case mirror.EventDeleted:
+						delete(m, e.Object.Key)
+					default:
+						m[e.Object.Key] = e.Object
+					}
+					if !assert.Equal(t, last+1, rev, "watcher %d", i) {
+						return
+					}
+					last = rev
+				}
+			})
+		}
+		wg.Wait()
+		require.Equal(t, int64(total), s.Revision())
+		for i, m := range mirrors {
+			assert.Equal(t, s.Snapshot(), m, "watcher %d mirrors the source", i)
+		}
+	})
+}

@@ -1,0 +1,744 @@
+package mirror
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults of ReflectorOptions.
+const (
+	defaultPageSize       = 500
+	defaultWatchTimeout   = 5 * time.Minute
+	defaultInitialBackoff = 800 * time.Millisecond
+	defaultMaxBackoff     = 30 * time.Second
+	defaultBackoffReset   = 2 * time.Minute
+	defaultJitter         = 1.0
+)
+
+// shortWatch is how long a watch must last, unless it delivered an event,
+// to count as a working one. A source that keeps closing watches at once
+// would otherwise make the Reflector spin on Watch calls.
+const shortWatch = time.Second
+
+// errVeryShortWatch is reported for a watch that ended (io.EOF) in under
+// shortWatch without delivering an event.
+var errVeryShortWatch = errors.New("very short watch: ended in under a second with no event")
+
+// errNoWatcher is reported when a ListWatcher's Watch returns neither a
+// Watcher nor an error.
+var errNoWatcher = errors.New("nil Watcher and nil error from Watch")
+
+// errStreamCut is reported when a streaming list ends before the bookmark
+// that closes its initial events.
+var errStreamCut = errors.New("stream ended before its initial events were complete")
+
+// ReflectorOptions configures a Reflector. The zero value gives the
+// defaults described on each field.
+type ReflectorOptions struct {
+	// Name identifies the Reflector in logs and in the errors it reports.
+	Name string
+
+	// PageSize is the most objects one List call asks for; 0 or less
+	// means 500.
+	PageSize int64
+
+	// ResyncPeriod is how often the Reflector calls the store's Resync
+	// while it watches; 0 or less means never.
+	ResyncPeriod time.Duration
+
+	// ShouldResync, if set, is asked before every periodic resync, which
+	// happens only if it returns true. It is called from a goroutine of
+	// its own; nil means always resync.
+	ShouldResync func() bool
+
+	// WatchTimeout is the least time a watch is asked to last: each Watch
+	// call asks for a random timeout in [WatchTimeout, 2*WatchTimeout),
+	// which renews watches regularly and spreads the renewals of many
+	// clients over time. 0 or less means 5 minutes.
+	WatchTimeout time.Duration
+
+	// InitialBackoff and MaxBackoff bound the pause before a retry: it
+	// starts at InitialBackoff and doubles after every failure up to
+	// MaxBackoff. 0 or less means 800ms and 30s.
+	InitialBackoff, MaxBackoff time.Duration
+
+	// BackoffReset is how long the source must work, after a pause, for
+	// the next pause to start again from InitialBackoff. 0 or less means
+	// 2 minutes.
+	BackoffReset time.Duration
+
+	// Jitter lengthens each pause d by a random amount in [0, Jitter*d),
+	// so that clients that failed together do not retry together. 0 means
+	// 1.0 (a pause lies in [d, 2d)); a negative value turns jitter off.
+	Jitter float64
+
+	// StreamingList makes the Reflector get the initial state from a
+	// streaming list (a Watch with SendInitialEvents) and keep watching on
+	// the same stream. If the source answers with an error wrapping
+	// errors.ErrUnsupported, the Reflector uses List from then on.
+	StreamingList bool
+
+	// ErrorHandler is called with every failure: List and Watch errors,
+	// watches that end with an error or too soon, objects the source
+	// skipped (ListResult.Skipped, EventError events; usually
+	// *ObjectError) and errors from the store (such as *KeyError). Each
+	// error says what the Reflector was doing and wraps the cause, so
+	// errors.Is and errors.As classify it. Calls are never concurrent, but
+	// they may come from different goroutines, so the handler must
+	// return quickly. nil means logging each error at level Warn through
+	// Logger.
+	ErrorHandler func(err error)
+
+	// Logger receives the Reflector's logs; nil means no logs.
+	Logger *slog.Logger
+}
+
+// ReflectorStats counts what a Reflector did since its Run started.
+type ReflectorStats struct {
+	// Lists counts the lists that completed (a List through all its pages,
+	// or a streaming list up to its closing bookmark) and were handed to
+	// the store's Replace.
+	Lists int64
+	// Relists counts the completed lists after the first: Lists-1 once
+	// there was one.
+	Relists int64
+	// Watches counts the watch streams opened, streaming lists included.
+	Watches int64
+	// WatchRestarts counts the watches opened from the last version seen
+	// without a relist: after a watch ended normally, ended too soon, or
+	// found the source unavailable.
+	WatchRestarts int64
+	// Events counts the watch events received, of every type, including
+	// the initial events of streaming lists.
+	Events int64
+	// Errors counts the errors reported to ErrorHandler.
+	Errors int64
+}
+
+// reflectorCounters are the atomic counters behind ReflectorStats.
+type reflectorCounters struct {
+	lists, relists, watches, watchRestarts, events, errors atomic.Int64
+}
+
+// Reflector mirrors a ListWatcher into a ReflectorStore. It lists the
+// source and hands the list to the store's Replace, then watches the
+// changes after the list's version and applies them in order: EventAdded
+// as Add, EventModified as Update, EventDeleted as Delete; a bookmark only
+// moves the version on. What follows the end of a watch depends on why it
+// ended:
+//
+//   - normally (io.EOF): a watch from the last version seen, at once;
+//     but a watch that lasted under a second without any event is
+//     reported as a very short watch and followed by a pause;
+//   - the source is unavailable (ErrUnavailable): a pause, then a watch
+//     from the last version seen, without a relist;
+//   - the version is gone (ErrExpired, ErrTooLargeResourceVersion): a
+//     relist at once, or after a pause if the previous relist had the
+//     same cause and no event came in since;
+//   - any other error: a pause, then a relist.
+//
+// A list asks for version "0" (any, possibly stale) the first time, for
+// the last version seen afterwards, so that the store never goes back in
+// time, and for "" (the newest, read consistently) once the source said
+// that a version is gone. Pauses grow exponentially with jitter (see
+// ReflectorOptions). Every failure is reported to the ErrorHandler; an
+// object that the source or the store could not take is reported and
+// skipped, and the Reflector goes on.
+//
+// A Reflector is created by NewReflector. Its methods are safe for
+// concurrent use.
+type Reflector[T any] struct {
+	lw      ListWatcher[T]
+	store   ReflectorStore[T]
+	opts    ReflectorOptions // defaults filled in
+	logger  *slog.Logger
+	prefix  string // starts every reported error
+	onError func(error)
+
+	// storeMu makes the calls to store one at a time: the periodic resync
+	// runs on its own goroutine while the watch applies events. Without
+	// resync, only Run's goroutine calls the store and storeMu is left
+	// alone (see lockStore).
+	storeMu sync.Mutex
+
+	// reportMu makes the calls to onError one at a time.
+	reportMu sync.Mutex
+
+	mu     sync.Mutex
+	lastRV string
+	// versionGone is set when the source said that the version to list or
+	// watch from is expired or too large, and cleared by a completed list.
+	// While it is set, lists read consistently (version ""): asking again
+	// for a version the source refused would loop.
+	versionGone bool
+
+	stats   reflectorCounters
+	running atomic.Bool
+
+	// The rest belongs to the goroutine running Run.
+	backoff backoff
+	// noStreaming is set once the source said it cannot stream lists.
+	noStreaming bool
+	// expiredRelist is set while the current list and watch were started
+	// because a watch found its version gone; together with
+	// eventsSinceList it lets a source that keeps expiring versions slow
+	// the Reflector down instead of making it relist in a tight loop.
+	expiredRelist   bool
+	eventsSinceList int64
+}
+
+// NewReflector returns a Reflector that mirrors lw into store. It does
+// nothing until Run.
+func NewReflector[T any](lw ListWatcher[T], store ReflectorStore[T], opts ReflectorOptions) *Reflector[T] {
+	if opts.PageSize <= 0 {
+		opts.PageSize = defaultPageSize
+	}
+	if opts.WatchTimeout <= 0 {
+		opts.WatchTimeout = defaultWatchTimeout
+	}
+	if opts.InitialBackoff <= 0 {
+		opts.InitialBackoff = defaultInitialBackoff
+	}
+	if opts.MaxBackoff <= 0 {
+		opts.MaxBackoff = defaultMaxBackoff
+	}
+	if opts.BackoffReset <= 0 {
+		opts.BackoffReset = defaultBackoffReset
+	}
+	if opts.Jitter == 0 {
+		opts.Jitter = defaultJitter
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	prefix := "mirror: reflector: "
+	if opts.Name != "" {
+		logger = logger.With("reflector", opts.Name)
+		prefix = fmt.Sprintf("mirror: reflector %q: ", opts.Name)
+	}
+	r := &Reflector[T]{
+		lw:      lw,
+		store:   store,
+		opts:    opts,
+		logger:  logger,
+		prefix:  prefix,
+		onError: opts.ErrorHandler,
+		backoff: backoff{
+			initial: opts.InitialBackoff,
+			max:     opts.MaxBackoff,
+			reset:   opts.BackoffReset,
+			jitter:  opts.Jitter,
+		},
+	}
+	if r.onError == nil {
+		r.onError = func(err error) { logger.Warn("reflector error", "err", err) }
+	}
+	return r
+}
+
+// LastSyncResourceVersion returns the version of the last list or watch
+// event the Reflector handed to the store; "" before the first list. It is
+// safe for concurrent use.
+func (r *Reflector[T]) LastSyncResourceVersion() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lastRV
+}
+
+// Stats returns the Reflector's counters. It is safe for concurrent use;
+// the counters are read one by one, so while Run is running they may come
+// from slightly different instants.
+func (r *Reflector[T]) Stats() ReflectorStats {
+	c := &r.stats
+	return ReflectorStats{
+		Lists:         c.lists.Load(),
+		Relists:       c.relists.Load(),
+		Watches:       c.watches.Load(),
+		WatchRestarts: c.watchRestarts.Load(),
+		Events:        c.events.Load(),
+		Errors:        c.errors.Load(),
+	}
+}
+
+// Run lists and watches until ctx is done, then returns once every
+// goroutine it started has stopped and it no longer uses the store. It
+// resets the counters of Stats when it starts. Run may be called again
+// after it returned; it then lists from the last version it saw. A call
+// made while Run is running reports an error and returns at once.
+func (r *Reflector[T]) Run(ctx context.Context) {
+	if !r.running.CompareAndSwap(false, true) {
+		r.report(r.errorf("Run called while already running"))
+		return
+	}
+	defer r.running.Store(false)
+	for _, c := range []*atomic.Int64{&r.stats.lists, &r.stats.relists, &r.stats.watches,
+		&r.stats.watchRestarts, &r.stats.events, &r.stats.errors} {
+		c.Store(0)
+	}
+	r.logger.Info("reflector started")
+	defer r.logger.Info("reflector stopped")
+	for ctx.Err() == nil {
+		relistNow := r.listAndWatch(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if !relistNow && !r.pause(ctx) {
+			return
+		}
+	}
+}
+
+// listAndWatch gets the source's state into the store, then watches until
+// a relist is needed. It returns whether that relist may start at once
+// rather than after a pause.
+func (r *Reflector[T]) listAndWatch(ctx context.Context) (relistNow bool) {
+	w, ok := r.sync(ctx)
+	if !ok {
+		return false
+	}
+	stopResync := r.startResync(ctx)
+	defer stopResync()
+	return r.watch(ctx, w)
+}
+
+// sync replaces the store's content with the source's, by a streaming list
+// if that is enabled (returning its still open Watcher) or else by List.
+// It reports whether it succeeded.
+func (r *Reflector[T]) sync(ctx context.Context) (Watcher[T], bool) {
+	for r.opts.StreamingList && !r.noStreaming {
+		rv := r.streamVersion()
+		w, err := r.streamList(ctx, rv)
+		switch {
+		case err == nil:
+			return w, true
+		case ctx.Err() != nil:
+			return nil, false
+		case isUnsupported(err):
+			r.noStreaming = true
+			r.logger.Info("source cannot stream lists; using List", "err", err)
+		case isGone(err) && rv != "":
+			// streamVersion now asks for a consistent read.
+		default:
+			return nil, false
+		}
+	}
+	return nil, r.list(ctx) == nil
+}
+
+// list reads the whole source with List, page by page, and hands it to
+// the store's Replace.
+func (r *Reflector[T]) list(ctx context.Context) error {
+	rv := r.relistVersion()
+	limit := r.opts.PageSize
+	for {
+		items, listRV, midList, err := r.listPages(ctx, rv, limit)
+		if err == nil {
+			r.replace(items, listRV)
+			return nil
+		}
+		if ctx.Err() != nil {
+			return err
+		}
+		r.report(err)
+		if !isGone(err) {
+			return err
+		}
+		r.setVersionGone()
+		switch {
+		case rv != "":
+			// The version is gone, or a later page's snapshot was
+			// compacted away: start again, reading the newest state
+			// consistently.
+			rv = ""
+		case midList && limit > 0:
+			// Even the newest state was compacted before all its pages
+			// were read: read it in one request.
+			limit = 0
+		default:
+			return err
+		}
+	}
+}
+
+// listPages calls List until the last page and returns all the items and
+// the version of the list. midList tells whether an error came from a page
+// after the first.
+func (r *Reflector[T]) listPages(ctx context.Context, rv string, limit int64) (items []T, listRV string, midList bool, err error) {
+	opts := ListOptions{ResourceVersion: rv, Limit: limit}
+	for page := 1; ; page++ {
+		res, err := r.lw.List(ctx, opts)
+		if err != nil {
+			return nil, "", page > 1, r.errorf("list at version %q, page %d: %w", rv, page, err)
+		}
+		switch page {
+		case 1:
+			// A one-page list hands the source's slice on as it is.
+			items, listRV = res.Items, res.ResourceVersion
+		case 2:
+			// Copy rather than append into the source's array.
+			items = append(slices.Clip(items), res.Items...)
+		default:
+			items = append(items, res.Items...)
+		}
+		for _, skipped := range res.Skipped {
+			r.report(r.errorf("list at version %q: %w", listRV, skipped))
+		}
+		if res.Continue == "" {
+			return items, listRV, false, nil
+		}
+		// The continue token fixes the version of the later pages.
+		opts = ListOptions{Limit: limit, Continue: res.Continue}
+	}
+}
+
+// streamList asks for a streaming list from rv, gathers its initial
+// events up to the bookmark that closes them and replaces the store's
+// content with them. It returns the stream, still open, to be watched on.
+func (r *Reflector[T]) streamList(ctx context.Context, rv string) (Watcher[T], error) {
+	w, err := r.openWatch(ctx, rv, true)
+	if err != nil {
+		if isUnsupported(err) || ctx.Err() != nil {
+			return nil, err
+		}
+		return nil, r.streamFailed(rv, err)
+	}
+	r.stats.watches.Add(1)
+	var items []T
+	for {
+		ev, err := w.Next(ctx)
+		if err != nil {
+			w.Stop()
+			if isUnsupported(err) || ctx.Err() != nil {
+				return nil, err
+			}
+			if errors.Is(err, io.EOF) {
+				err = fmt.Errorf("%w (after %d objects)", errStreamCut, len(items))
+			}
+			return nil, r.streamFailed(rv, err)
+		}
+		r.stats.events.Add(1)
+		switch ev.Type {
+		case EventAdded:
+			items = append(items, ev.Object)
+		case EventBookmark:
+			if ev.InitialEventsEnd {
+				r.replace(items, ev.ResourceVersion)
+				return w, nil
+			}
+		case EventError:
+			r.report(r.errorf("streaming list from version %q: %w", rv, eventErr(ev)))
+		default:
+			// Without a key function the Reflector cannot apply a change
+			// to the objects it gathered, and the initial state should not
+			// hold changes anyway.
+			w.Stop()
+			return nil, r.streamFailed(rv, fmt.Errorf("%v event before the end of the initial events", ev.Type))
+		}
+	}
+}
+
+// streamFailed reports the failure of a streaming list from rv and returns
+// it.
+func (r *Reflector[T]) streamFailed(rv string, err error) error {
+	err = r.errorf("streaming list from version %q: %w", rv, err)
+	r.report(err)
+	if isGone(err) {
+		r.setVersionGone()
+	}
+	return err
+}
+
+// replace hands a completed list at version rv to the store.
+func (r *Reflector[T]) replace(items []T, rv string) {
+	r.lockStore()
+	err := r.store.Replace(items, rv)
+	r.unlockStore()
+	if err != nil {
+		// The store applied what it could (see ReflectorStore); refusing
+		// the list would only make the Reflector list again and again.
+		r.report(r.errorf("replace with %d objects at version %q: %w", len(items), rv, err))
+	}
+	r.mu.Lock()
+	r.lastRV = rv
+	r.versionGone = false
+	r.mu.Unlock()
+	if r.stats.lists.Add(1) > 1 {
+		r.stats.relists.Add(1)
+	}
+	r.eventsSinceList = 0
+	r.logger.Debug("listed", "objects", len(items), "resourceVersion", rv)
+}
+
+// watch applies the events of w, if not nil, and then of new watches from
+// the last version seen, until a relist is needed or ctx is done. It
+// returns whether the relist may start at once.
+func (r *Reflector[T]) watch(ctx context.Context, w Watcher[T]) (relistNow bool) {
+	start := time.Now()
+	restart := false
+	for {
+		rv := r.LastSyncResourceVersion()
+		if w == nil {
+			start = time.Now()
+			var err error
+			w, err = r.openWatch(ctx, rv, false)
+			if err != nil {
+				if ctx.Err() != nil {
+					return false
+				}
+				if !r.watchFailed(ctx, rv, err) {
+					return r.relistAfter(err)
+				}
+				restart = true
+				continue
+			}
+			r.stats.watches.Add(1)
+			if restart {
+				r.stats.watchRestarts.Add(1)
+			}
+		}
+		n, err := r.consume(ctx, w)
+		w.Stop()
+		w = nil
+		restart = true
+		switch {
+		case ctx.Err() != nil:
+			return false
+		case errors.Is(err, io.EOF):
+			if n == 0 && time.Since(start) < shortWatch {
+				r.report(r.errorf("watch from version %q: %w", rv, errVeryShortWatch))
+				if !r.pause(ctx) {
+					return false
+				}
+			}
+		case !r.watchFailed(ctx, rv, err):
+			return r.relistAfter(err)
+		}
+	}
+}
+
+// watchFailed reports err, which ended a watch from rv, and pauses if it
+// says the source is unavailable. It returns whether to watch again from
+// the last version seen; if not, a relist is needed.
+func (r *Reflector[T]) watchFailed(ctx context.Context, rv string, err error) (rewatch bool) {
+	r.report(r.errorf("watch from version %q: %w", rv, err))
+	// An unavailable source still has the history after the version the
+	// Reflector holds; a relist would only add load when it comes back.
+	return errors.Is(err, ErrUnavailable) && r.pause(ctx)
+}
+
+// relistAfter decides how to relist after err ended watching: at once if
+// the version is gone, unless the previous relist was for the same reason
+// and no event came in since, in which case the source keeps expiring the
+// versions it hands out and a pause is due.
+func (r *Reflector[T]) relistAfter(err error) (relistNow bool) {
+	if errors.Is(err, ErrTooLargeResourceVersion) {
+		r.setVersionGone()
+	}
+	if !isGone(err) {
+		r.expiredRelist = false
+		return false
+	}
+	relistNow = !r.expiredRelist || r.eventsSinceList > 0
+	r.expiredRelist = true
+	return relistNow
+}
+
+// consume applies the events of w until it ends, and returns how many
+// events it applied and the error that ended it.
+func (r *Reflector[T]) consume(ctx context.Context, w Watcher[T]) (n int, err error) {
+	for {
+		ev, err := w.Next(ctx)
+		if err != nil {
+			return n, err
+		}
+		n++
+		r.apply(ev)
+	}
+}
+
+// apply hands one watch event to the store and records its version. The
+// version advances even if the store refused the object: the event was
+// seen, and asking for it again would bring the same refusal.
+func (r *Reflector[T]) apply(ev Event[T]) {
+	r.stats.events.Add(1)
+	r.eventsSinceList++
+	var err error
+	r.lockStore()
+	switch ev.Type {
+	case EventAdded:
+		err = r.store.Add(ev.Object)
+	case EventModified:
+		err = r.store.Update(ev.Object)
+	case EventDeleted:
+		err = r.store.Delete(ev.Object)
+	case EventBookmark:
+	case EventError:
+		err = eventErr(ev)
+	default:
+		err = fmt.Errorf("unknown event type %v", ev.Type)
+	}
+	r.unlockStore()
+	if err != nil {
+		r.report(r.errorf("%v event at version %q: %w", ev.Type, ev.ResourceVersion, err))
+	}
+	// An event without a version (an EventError may have none) says
+	// nothing about progress; taking "" would make the next watch start
+	// from "now" and miss what came between.
+	if ev.ResourceVersion != "" {
+		r.mu.Lock()
+		r.lastRV = ev.ResourceVersion
+		r.mu.Unlock()
+	}
+}
+
+// startResync starts calling the store's Resync every ResyncPeriod and
+// returns a function that stops it and waits until it stopped.
+func (r *Reflector[T]) startResync(ctx context.Context) (stop func()) {
+	if r.opts.ResyncPeriod <= 0 {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(r.opts.ResyncPeriod)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if r.opts.ShouldResync != nil && !r.opts.ShouldResync() {
+				continue
+			}
+			r.lockStore()
+			err := r.store.Resync()
+			r.unlockStore()
+			if err != nil {
+				r.report(r.errorf("resync: %w", err))
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
+}
+
+// lockStore and unlockStore bracket every call to the store. They lock
+// storeMu only if a resync goroutine may call the store too: every event
+// goes through here, and an uncontended lock still costs a good share of
+// what the Reflector spends on one.
+func (r *Reflector[T]) lockStore() {
+	if r.opts.ResyncPeriod > 0 {
+		r.storeMu.Lock()
+	}
+}
+
+func (r *Reflector[T]) unlockStore() {
+	if r.opts.ResyncPeriod > 0 {
+		r.storeMu.Unlock()
+	}
+}
+
+// pause waits for the next backoff delay. It returns false if ctx ended
+// first.
+func (r *Reflector[T]) pause(ctx context.Context) bool {
+	d := r.backoff.next(time.Now())
+	r.logger.Debug("backing off", "pause", d)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// openWatch starts a watch from rv, with bookmarks and a random timeout in
+// [WatchTimeout, 2*WatchTimeout); initialEvents asks for a streaming list.
+func (r *Reflector[T]) openWatch(ctx context.Context, rv string, initialEvents bool) (Watcher[T], error) {
+	w, err := r.lw.Watch(ctx, WatchOptions{
+		ResourceVersion:   rv,
+		AllowBookmarks:    true,
+		SendInitialEvents: initialEvents,
+		Timeout:           r.opts.WatchTimeout + rand.N(r.opts.WatchTimeout),
+	})
+	if err == nil && w == nil {
+		// Carrying on would call a nil Watcher.
+		err = errNoWatcher
+	}
+	return w, err
+}
+
+// relistVersion is the version to List at: "0" (any) the first time, when
+// a slightly stale list is fine and a cache may serve it; the last version
+// seen afterwards, so the store never goes back in time; "" (the newest,
+// read consistently) once the source refused the last version.
+func (r *Reflector[T]) relistVersion() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.versionGone:
+		return ""
+	case r.lastRV == "":
+		return "0"
+	}
+	return r.lastRV
+}
+
+// streamVersion is the version to stream a list from: the last version
+// seen, or "" (the newest, consistent) the first time and once the source
+// refused the last version.
+func (r *Reflector[T]) streamVersion() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.versionGone {
+		return ""
+	}
+	return r.lastRV
+}
+
+func (r *Reflector[T]) setVersionGone() {
+	r.mu.Lock()
+	r.versionGone = true
+	r.mu.Unlock()
+}
+
+// report hands err to the error handler, one call at a time.
+func (r *Reflector[T]) report(err error) {
+	r.stats.errors.Add(1)
+	r.reportMu.Lock()
+	defer r.reportMu.Unlock()
+	r.onError(err)
+}
+
+// errorf formats an error that names the Reflector.
+func (r *Reflector[T]) errorf(format string, args ...any) error {
+	return fmt.Errorf(r.prefix+format, args...)
+}
+
+// isGone reports whether err says a resource version can no longer be
+// served: the Reflector has to list again.
+func isGone(err error) bool {
+	return errors.Is(err, ErrExpired) || errors.Is(err, ErrTooLargeResourceVersion)
+}
+
+// eventErr returns the error an EventError carries.
+func eventErr[T any](ev Event[T]) error {
+	if ev.Err == nil {
+		return errors.New("error event without a cause")
+	}
+	return ev.Err
+}

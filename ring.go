@@ -1,0 +1,107 @@
+package mirror
+
+import "iter"
+
+// ringMinCap is the smallest capacity a Ring allocates. Below it, resizing
+// would cost more than the memory it saves.
+const ringMinCap = 16
+
+// Ring is a first-in, first-out queue of values held in a circular buffer
+// that grows when it is full and shrinks again as it drains. The processor
+// uses one per handler for pending notifications, so that a burst of events
+// does not pin its peak memory for the rest of the program's life.
+//
+// Capacity is zero or a power of two no smaller than 16. A full ring
+// doubles; a ring whose length falls to a quarter of its capacity halves.
+// The gap between the two thresholds means that pushing and popping around
+// either of them does not resize again and again, so Push and Pop are O(1)
+// amortised and allocate nothing while the length stays within a steady
+// range. A drained ring keeps the minimum capacity, so that a queue which
+// empties after every few values does not allocate each time it refills;
+// Clear releases the storage entirely.
+//
+// The zero value is an empty ring ready to use. A Ring is not safe for
+// concurrent use: its owner must serialise calls.
+type Ring[T any] struct {
+	buf  []T // len(buf) is zero or a power of two
+	head int // index of the oldest value
+	n    int // number of values held
+}
+
+// Push appends v at the tail of the ring, growing it if it is full.
+func (r *Ring[T]) Push(v T) {
+	if r.n == len(r.buf) {
+		r.resize(max(ringMinCap, 2*len(r.buf)))
+	}
+	r.buf[(r.head+r.n)&(len(r.buf)-1)] = v
+	r.n++
+}
+
+// Pop removes and returns the oldest value, or reports false if the ring is
+// empty. The slot it occupied is zeroed, so the ring does not keep popped
+// values reachable.
+func (r *Ring[T]) Pop() (T, bool) {
+	var zero T
+	if r.n == 0 {
+		return zero, false
+	}
+	v := r.buf[r.head]
+	r.buf[r.head] = zero
+	r.head = (r.head + 1) & (len(r.buf) - 1)
+	r.n--
+	if c := len(r.buf); c > ringMinCap && r.n <= c/4 {
+		r.resize(c / 2)
+	}
+	return v, true
+}
+
+// Peek returns the oldest value without removing it, or reports false if
+// the ring is empty.
+func (r *Ring[T]) Peek() (T, bool) {
+	if r.n == 0 {
+		var zero T
+		return zero, false
+	}
+	return r.buf[r.head], true
+}
+
+// Len returns the number of values in the ring.
+func (r *Ring[T]) Len() int { return r.n }
+
+// Cap returns the number of values the ring can hold before it grows.
+func (r *Ring[T]) Cap() int { return len(r.buf) }
+
+// All yields the values in the ring, oldest first, without removing them.
+// The ring must not be changed during the iteration; if it is, the values
+// yielded after the change are unspecified (but no call panics).
+func (r *Ring[T]) All() iter.Seq[T] {
+	return func(yield func(T) bool) {
+		// Work on a copy of the header so that a loop body that breaks
+		// the rule above cannot make this index out of range.
+		buf, head, n := r.buf, r.head, r.n
+		for i := range n {
+			if !yield(buf[(head+i)&(len(buf)-1)]) {
+				return
+			}
+		}
+	}
+}
+
+// Clear removes every value and releases the ring's storage.
+func (r *Ring[T]) Clear() {
+	*r = Ring[T]{}
+}
+
+// resize moves the values, oldest first, into a new buffer of capacity c,
+// which must be a power of two no smaller than r.n.
+func (r *Ring[T]) resize(c int) {
+	buf := make([]T, c)
+	if r.n > 0 {
+		// The values occupy at most two runs: from head to the end of the
+		// buffer, then from its start.
+		k := copy(buf, r.buf[r.head:min(r.head+r.n, len(r.buf))])
+		copy(buf[k:], r.buf[:r.n-k])
+	}
+	r.buf = buf
+	r.head = 0
+}

@@ -1,0 +1,156 @@
+package mirror
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"testing"
+)
+
+func BenchmarkRing_PushPopSteadyState(b *testing.B) {
+	for _, depth := range []int{0, 100, 10_000} {
+		b.Run(fmt.Sprint("depth=", depth), func(b *testing.B) {
+			var r Ring[*int]
+			v := new(int)
+			for range depth {
+				r.Push(v)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				r.Push(v)
+				r.Pop()
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "values/s")
+		})
+	}
+}
+
+// benchKey is a composite key: comparable keys need no string building.
+type benchKey struct{ ns, name string }
+
+type benchObj struct {
+	benchKey
+	_ [4]int64 // the rest of a small object: an etcd value, say
+}
+
+func benchKeyOf(o *benchObj) (benchKey, error) { return o.benchKey, nil }
+
+func benchByNamespace(o *benchObj) ([]string, error) { return []string{o.ns}, nil }
+
+const benchKeys = 100_000
+
+// newBenchIndexer returns an Indexer with one namespace index holding
+// benchKeys objects spread over 100 namespaces, and the objects.
+func newBenchIndexer(b *testing.B) (*Indexer[benchKey, *benchObj], []*benchObj) {
+	b.Helper()
+	i := NewIndexer(benchKeyOf, Indexers[*benchObj]{"ns": benchByNamespace})
+	objs := make([]*benchObj, benchKeys)
+	for n := range objs {
+		objs[n] = &benchObj{benchKey: benchKey{ns: fmt.Sprint("ns-", n%100), name: fmt.Sprint("obj-", n)}}
+	}
+	if err := i.Replace(objs, ""); err != nil {
+		b.Fatal(err)
+	}
+	return i, objs
+}
+
+// benchIndexer runs op for successive keys of a full bench Indexer and
+// reports its rate in unit. op gets the key and the two versions of the
+// object stored under it: the stored one and one in another namespace.
+func benchIndexer(b *testing.B, unit string, op func(i *Indexer[benchKey, *benchObj], key benchKey, o, moved *benchObj) error) {
+	i, objs := newBenchIndexer(b)
+	moved := make([]*benchObj, len(objs))
+	for n, o := range objs {
+		// Into the next namespace, so that no value's set empties.
+		moved[n] = &benchObj{benchKey: benchKey{ns: objs[(n+1)%len(objs)].ns, name: o.name}}
+	}
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		k := n % benchKeys
+		if err := op(i, objs[k].benchKey, objs[k], moved[k]); err != nil {
+			b.Fatal(err)
+		}
+		n++
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), unit)
+}
+
+func BenchmarkIndexer_Set(b *testing.B) {
+	b.Run("same namespace", func(b *testing.B) {
+		benchIndexer(b, "sets/s", func(i *Indexer[benchKey, *benchObj], key benchKey, o, _ *benchObj) error {
+			_, _, err := i.Set(key, o)
+			return err
+		})
+	})
+	b.Run("namespace moves", func(b *testing.B) {
+		benchIndexer(b, "move+back/s", func(i *Indexer[benchKey, *benchObj], key benchKey, o, moved *benchObj) error {
+			// Both Sets change the object's namespace.
+			if _, _, err := i.Set(key, moved); err != nil {
+				return err
+			}
+			_, _, err := i.Set(key, o)
+			return err
+		})
+	})
+	b.Run("delete and add", func(b *testing.B) {
+		benchIndexer(b, "delete+set/s", func(i *Indexer[benchKey, *benchObj], key benchKey, o, _ *benchObj) error {
+			i.DeleteKey(key)
+			_, _, err := i.Set(key, o)
+			return err
+		})
+	})
+}
+
+func BenchmarkIndexer_GetByKey(b *testing.B) {
+	benchIndexer(b, "gets/s", func(i *Indexer[benchKey, *benchObj], key benchKey, _, _ *benchObj) error {
+		if _, ok := i.GetByKey(key); !ok {
+			return errors.New("missing")
+		}
+		return nil
+	})
+}
+
+// BenchmarkIndexer_IndexFunc measures one call of the index function used
+// above: what Set pays to recompute the replaced object's values rather
+// than remember them (see the index type).
+func BenchmarkIndexer_IndexFunc(b *testing.B) {
+	o := &benchObj{benchKey: benchKey{ns: "ns-1", name: "obj-1"}}
+	b.ReportAllocs()
+	var sink []string
+	for b.Loop() {
+		sink, _ = benchByNamespace(o)
+	}
+	_ = sink
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "calls/s")
+}
+
+// BenchmarkIndexer_Memory reports the heap an Indexer with one namespace
+// index holds per object, objects excluded.
+func BenchmarkIndexer_Memory(b *testing.B) {
+	objs := make([]*benchObj, benchKeys)
+	for n := range objs {
+		objs[n] = &benchObj{benchKey: benchKey{ns: fmt.Sprint("ns-", n%100), name: fmt.Sprint("obj-", n)}}
+	}
+	for _, indexers := range []Indexers[*benchObj]{nil, {"ns": benchByNamespace}} {
+		b.Run(fmt.Sprint("indexes=", len(indexers)), func(b *testing.B) {
+			var perKey float64
+			for b.Loop() {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				i := NewIndexer(benchKeyOf, indexers)
+				for _, o := range objs {
+					if _, _, err := i.Set(o.benchKey, o); err != nil {
+						b.Fatal(err)
+					}
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				perKey = float64(after.HeapAlloc-before.HeapAlloc) / benchKeys
+				runtime.KeepAlive(i)
+			}
+			b.ReportMetric(perKey, "B/key")
+		})
+	}
+}
