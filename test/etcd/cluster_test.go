@@ -13,6 +13,7 @@ import (
 )
 
 func TestCluster_StoppedMemberEndsWatchAndOthersServe(t *testing.T) {
+	t.Parallel() // mostly waits for elections and reconnections
 	cl := startCluster(t, 3)
 	m0, m1, m2 := cl.members[0], cl.members[1], cl.members[2]
 	ctx := context.Background()
@@ -43,7 +44,7 @@ func TestCluster_StoppedMemberEndsWatchAndOthersServe(t *testing.T) {
 	// m0, restarted from its data directory, catches up and serves its
 	// client again.
 	m0.restart(t)
-	w = watch(t, lw0, mirror.WatchOptions{ResourceVersion: last.ResourceVersion})
+	w = watchRetrying(t, lw0, mirror.WatchOptions{ResourceVersion: last.ResourceVersion})
 	ev = next(t, w)
 	assert.Equal(t, "/k/after", ev.Object.Key)
 	res, err := lw0.List(ctx, mirror.ListOptions{})
@@ -52,6 +53,7 @@ func TestCluster_StoppedMemberEndsWatchAndOthersServe(t *testing.T) {
 }
 
 func TestCluster_MemberThatLosesItsLeaderEndsWatch(t *testing.T) {
+	t.Parallel() // mostly waits for elections and reconnections
 	cl := startCluster(t, 3)
 	c := newClient(t, cl.members[2].endpoint())
 	// Progress requests off: the member itself must end the watch.

@@ -96,10 +96,12 @@ func (l *errorLog) all() []error {
 	return append([]error(nil), l.errs...)
 }
 
-// runReflector runs a Reflector of lw into store until the test ends, with
-// short pauses so that tests recover quickly.
-func runReflector[T any](t *testing.T, lw mirror.ListWatcher[etcdmirror.Object[T]], store mirror.ReflectorStore[etcdmirror.Object[T]], log *errorLog) *mirror.Reflector[etcdmirror.Object[T]] {
+// startMirror runs a Reflector of lw into a new recordingStore until the
+// test ends, with short pauses so that tests recover quickly, and returns
+// it with its store and what it reports.
+func startMirror[T any](t *testing.T, lw mirror.ListWatcher[etcdmirror.Object[T]]) (*mirror.Reflector[etcdmirror.Object[T]], *recordingStore[T], *errorLog) {
 	t.Helper()
+	store, log := newRecordingStore[T](), &errorLog{}
 	r := mirror.NewReflector(lw, store, mirror.ReflectorOptions{
 		Name:           t.Name(),
 		PageSize:       5_000,
@@ -117,8 +119,11 @@ func runReflector[T any](t *testing.T, lw mirror.ListWatcher[etcdmirror.Object[T
 		cancel()
 		<-done
 	})
-	return r
+	return r, store, log
 }
+
+// fastOptions make a watch notice a lost member within a second.
+var fastOptions = etcdmirror.Options{ProgressInterval: 100 * time.Millisecond, RequestTimeout: time.Second}
 
 // syncedRev is the revision r last handed to its store, 0 before the first
 // list.
@@ -155,8 +160,6 @@ func TestReflector_InitialSyncOf100kKeysWhileWritersRunEqualsEtcd(t *testing.T) 
 	const keys = 100_000
 	putN(t, c, "/sync/", keys)
 
-	store := newRecordingStore[[]byte]()
-	var log errorLog
 	ctx := context.Background()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -175,7 +178,7 @@ func TestReflector_InitialSyncOf100kKeysWhileWritersRunEqualsEtcd(t *testing.T) 
 			assert.NoError(t, err)
 		}
 	})
-	r := runReflector(t, etcdmirror.New(c, "/sync/", etcdmirror.Options{}), store, &log)
+	r, store, log := startMirror(t, etcdmirror.New(c, "/sync/", etcdmirror.Options{}))
 	require.Eventually(t, func() bool { return r.Stats().Lists > 0 }, convergeTimeout, 10*time.Millisecond)
 	close(stop)
 	wg.Wait()
@@ -192,10 +195,7 @@ func TestReflector_CompactionWhileDisconnectedRelistsWithOneDeletePerDeletedKey(
 	ctx := context.Background()
 	putN(t, direct, "/off/", 100)
 
-	store := newRecordingStore[[]byte]()
-	var log errorLog
-	lw := etcdmirror.New(c, "/off/", etcdmirror.Options{ProgressInterval: 100 * time.Millisecond, RequestTimeout: time.Second})
-	r := runReflector(t, lw, store, &log)
+	r, store, log := startMirror(t, etcdmirror.New(c, "/off/", fastOptions))
 	requireConverged(t, direct, "/off/", r, store)
 	require.Empty(t, store.deleteCounts())
 
@@ -231,6 +231,7 @@ func TestReflector_CompactionWhileDisconnectedRelistsWithOneDeletePerDeletedKey(
 }
 
 func TestReflector_ClusterWithClientsMemberStoppedConverges(t *testing.T) {
+	t.Parallel() // mostly waits for elections and reconnections
 	cl := startCluster(t, 3)
 	ends := []string{cl.members[0].endpoint(), cl.members[1].endpoint(), cl.members[2].endpoint()}
 	c := newClient(t, ends...)
@@ -238,10 +239,7 @@ func TestReflector_ClusterWithClientsMemberStoppedConverges(t *testing.T) {
 	ctx := context.Background()
 	putN(t, writer, "/cl/", 1000)
 
-	store := newRecordingStore[[]byte]()
-	var log errorLog
-	lw := etcdmirror.New(c, "/cl/", etcdmirror.Options{ProgressInterval: 100 * time.Millisecond, RequestTimeout: 2 * time.Second})
-	r := runReflector(t, lw, store, &log)
+	r, store, _ := startMirror(t, etcdmirror.New(c, "/cl/", fastOptions))
 	requireConverged(t, writer, "/cl/", r, store)
 
 	cl.members[0].close()
@@ -258,15 +256,13 @@ func TestReflector_ClusterWithClientsMemberStoppedConverges(t *testing.T) {
 }
 
 func TestReflector_MemberRestartedFromItsDataDirConverges(t *testing.T) {
+	t.Parallel() // mostly waits for elections and reconnections
 	m := startEtcd(t)
 	c := newClient(t, m.endpoint())
 	ctx := context.Background()
 	putN(t, c, "/rs/", 100)
 
-	store := newRecordingStore[[]byte]()
-	var log errorLog
-	lw := etcdmirror.New(c, "/rs/", etcdmirror.Options{ProgressInterval: 100 * time.Millisecond, RequestTimeout: time.Second})
-	r := runReflector(t, lw, store, &log)
+	r, store, log := startMirror(t, etcdmirror.New(c, "/rs/", fastOptions))
 	requireConverged(t, c, "/rs/", r, store)
 
 	m.close()
@@ -296,9 +292,7 @@ func TestReflector_DecodeFailureIsReportedAndEverythingElseMirrored(t *testing.T
 		require.NoError(t, err)
 	}
 
-	store := newRecordingStore[int]()
-	var log errorLog
-	r := runReflector(t, etcdmirror.NewTyped(c, "/dec/", decodeInt, etcdmirror.Options{}), store, &log)
+	r, store, log := startMirror(t, etcdmirror.NewTyped(c, "/dec/", decodeInt, etcdmirror.Options{}))
 	require.Eventually(t, func() bool { return r.Stats().Lists > 0 }, convergeTimeout, 10*time.Millisecond)
 	_, err := c.Put(ctx, "/dec/watched-bad", "bad-watch")
 	require.NoError(t, err)
