@@ -145,6 +145,9 @@ type watcher[T any] struct {
 	next   int
 	// err, once set, is what every later Next returns.
 	err error
+	// rv is rev, formatted: the resource version of the last event.
+	rev int64
+	rv  string
 
 	// ticker fires every interval while the watch is open; nil when
 	// progress requests are off. heard counts responses since it last
@@ -253,7 +256,11 @@ func (w *watcher[T]) tick() error {
 // event converts one etcd event.
 func (w *watcher[T]) event(ev *clientv3.Event) mirror.Event[Object[T]] {
 	kv := ev.Kv
-	rv := formatRev(kv.ModRevision)
+	// The events of one transaction share a revision: format it once.
+	if kv.ModRevision != w.rev || w.rv == "" {
+		w.rev, w.rv = kv.ModRevision, formatRev(kv.ModRevision)
+	}
+	rv := w.rv
 	if ev.Type == clientv3.EventTypeDelete {
 		// A deletion's Kv holds only the key and the deletion's revision;
 		// the last value comes from PrevKv, which etcd omits once that

@@ -185,3 +185,20 @@ func TestWatcher_TimeoutIsEOFAndCallerContextIsItsError(t *testing.T) {
 		require.ErrorIs(t, err, boom)
 	})
 }
+
+func TestWatcher_EventsCarryTheirOwnRevision(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fw := &fakeWatcher{}
+		w := startFakeWatch(t, fw, Options{}, mirror.WatchOptions{})
+		fw.watch(0).ch <- clientv3.WatchResponse{Header: header(8), Events: []*clientv3.Event{
+			put("/p/a", "x", 7, 7, 1), put("/p/b", "x", 7, 7, 1), put("/p/a", "y", 7, 8, 2),
+		}}
+		var got []string
+		for range 3 {
+			ev, err := w.Next(t.Context())
+			require.NoError(t, err)
+			got = append(got, ev.ResourceVersion)
+		}
+		assert.Equal(t, []string{"7", "7", "8"}, got, "a transaction's events share its revision")
+	})
+}
