@@ -142,7 +142,7 @@ type step struct {
 	err   error
 }
 
-func added(key, val, rv string) step {
+func addedEvent(key, val, rv string) step {
 	return step{ev: Event[tobj]{Type: EventAdded, Object: tobj{key, val}, ResourceVersion: rv}}
 }
 
@@ -150,7 +150,7 @@ func modified(key, val, rv string) step {
 	return step{ev: Event[tobj]{Type: EventModified, Object: tobj{key, val}, ResourceVersion: rv}}
 }
 
-func deleted(key, val, rv string) step {
+func deletedEvent(key, val, rv string) step {
 	return step{ev: Event[tobj]{Type: EventDeleted, Object: tobj{key, val}, ResourceVersion: rv}}
 }
 
@@ -420,7 +420,7 @@ func eachWatchFailure(t *testing.T, opts ReflectorOptions, err error, body func(
 		lastRV string
 	}{
 		{name: "from Watch", script: func(lw *fakeLW) { lw.watchErr(err) }, lastRV: "10"},
-		{name: "from Next", script: func(lw *fakeLW) { lw.watch(added("a", "1", "11"), end(err)) }, lastRV: "11"},
+		{name: "from Next", script: func(lw *fakeLW) { lw.watch(addedEvent("a", "1", "11"), end(err)) }, lastRV: "11"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

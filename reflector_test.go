@@ -77,7 +77,7 @@ func TestReflector_RelistsAtLastSeenVersion(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newRig(ReflectorOptions{})
 		g.lw.page("10", "")
-		g.lw.watch(added("a", "1", "11"), bookmark("12"), end(errBoom))
+		g.lw.watch(addedEvent("a", "1", "11"), bookmark("12"), end(errBoom))
 		g.lw.page("12", "", tobj{"a", "1"})
 		g.runFor(t, time.Minute)
 
@@ -132,7 +132,7 @@ func TestReflector_GoneVersionOnListRelistsConsistentlyAtOnce(t *testing.T) {
 		name: "relist at last version too large",
 		script: func(lw *fakeLW) {
 			lw.page("10", "")
-			lw.watch(added("a", "1", "12"), end(errBoom))
+			lw.watch(addedEvent("a", "1", "12"), end(errBoom))
 			lw.listErr(errSrcTooLarge)
 			lw.page("15", "", tobj{"a", "1"})
 		},
@@ -245,11 +245,11 @@ func TestReflector_AppliesEventsInOrderAndAdvancesVersion(t *testing.T) {
 		wantRV  string
 		wantLog string // the store call it makes, if any
 	}{
-		{step: added("a", "1", "11"), wantRV: "11", wantLog: "add a=1"},
+		{step: addedEvent("a", "1", "11"), wantRV: "11", wantLog: "add a=1"},
 		{step: modified("a", "2", "12"), wantRV: "12", wantLog: "update a=2"},
 		{step: bookmark("13"), wantRV: "13"},
-		{step: added("b", "1", "14"), wantRV: "14", wantLog: "add b=1"},
-		{step: deleted("a", "2", "15"), wantRV: "15", wantLog: "delete a=2"},
+		{step: addedEvent("b", "1", "14"), wantRV: "14", wantLog: "add b=1"},
+		{step: deletedEvent("a", "2", "15"), wantRV: "15", wantLog: "delete a=2"},
 		{step: errEvent("", objErr), wantRV: "15"},
 		{step: errEvent("16", objErr), wantRV: "16"},
 		{step: step{ev: Event[tobj]{Type: EventType(42), ResourceVersion: "17"}}, wantRV: "17"},
@@ -289,7 +289,7 @@ func TestReflector_WatchEndedNormallyRewatchesFromLastVersionAtOnce(t *testing.T
 	synctest.Test(t, func(t *testing.T) {
 		g := newRig(ReflectorOptions{})
 		g.lw.page("10", "")
-		g.lw.watch(added("a", "1", "11"), end(io.EOF)) // short, but had an event
+		g.lw.watch(addedEvent("a", "1", "11"), end(io.EOF)) // short, but had an event
 		g.lw.watch(eofAfter(5 * time.Minute))          // long, no event
 		g.lw.watch()
 		g.runFor(t, 5*time.Minute)
@@ -591,16 +591,16 @@ func TestReflector_RunReturnsPromptlyWhenContextEnds(t *testing.T) {
 		{name: "mid-list", script: func(lw *fakeLW) {}},
 		{name: "mid-paged-list", script: func(lw *fakeLW) { lw.page("10", "c1", tobj{"a", "1"}) }},
 		{name: "mid-Watch-call", script: func(lw *fakeLW) { lw.page("10", "") }},
-		{name: "mid-watch", script: func(lw *fakeLW) { lw.page("10", ""); lw.watch(added("a", "1", "11")) }},
+		{name: "mid-watch", script: func(lw *fakeLW) { lw.page("10", ""); lw.watch(addedEvent("a", "1", "11")) }},
 		{name: "mid-watch with resync", opts: ReflectorOptions{ResyncPeriod: time.Second},
 			script: func(lw *fakeLW) { lw.page("10", ""); lw.watch() }},
 		{name: "mid-backoff", script: func(lw *fakeLW) { lw.listErr(errBoom) }},
 		{name: "mid-unavailable-pause", script: func(lw *fakeLW) { lw.page("10", ""); lw.watchErr(errSrcUnavailable) }},
 		{name: "mid-very-short-watch-pause", script: func(lw *fakeLW) { lw.page("10", ""); lw.watch(end(io.EOF)) }},
 		{name: "mid-streaming-list", opts: ReflectorOptions{StreamingList: true},
-			script: func(lw *fakeLW) { lw.watch(added("a", "1", "5")) }},
+			script: func(lw *fakeLW) { lw.watch(addedEvent("a", "1", "5")) }},
 		{name: "mid-watch after streaming list", opts: ReflectorOptions{StreamingList: true},
-			script: func(lw *fakeLW) { lw.watch(added("a", "1", "5"), initialEnd("6")) }},
+			script: func(lw *fakeLW) { lw.watch(addedEvent("a", "1", "5"), initialEnd("6")) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -656,10 +656,10 @@ func TestReflector_StreamingListReplacesAtEndBookmarkAndKeepsWatching(t *testing
 		g := newRig(ReflectorOptions{StreamingList: true, WatchTimeout: time.Minute})
 		objErr := &ObjectError{Key: "bad", Err: errors.New("cannot decode")}
 		w := g.lw.watch(
-			added("a", "1", "5"),
+			addedEvent("a", "1", "5"),
 			bookmark("6"), // not the end: only a version
 			errEvent("", objErr),
-			added("b", "1", "7"),
+			addedEvent("b", "1", "7"),
 			initialEnd("8"),
 			modified("a", "2", "9"),
 		)
@@ -701,7 +701,7 @@ func TestReflector_StreamingListFallsBackToListWhenUnsupported(t *testing.T) {
 				g := newRig(ReflectorOptions{StreamingList: true, Jitter: noJitter})
 				tt.script(g.lw)
 				g.lw.page("10", "")
-				g.lw.watch(added("a", "1", "11"), end(errBoom))
+				g.lw.watch(addedEvent("a", "1", "11"), end(errBoom))
 				g.lw.page("11", "")
 				g.lw.watch()
 				g.runFor(t, time.Second)
@@ -726,8 +726,8 @@ func TestReflector_StreamingListFallsBackToListWhenUnsupported(t *testing.T) {
 func TestReflector_StreamingListCutBeforeEndIsRetried(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newRig(ReflectorOptions{StreamingList: true, Jitter: noJitter})
-		g.lw.watch(added("a", "1", "5"), end(io.EOF))
-		g.lw.watch(added("a", "1", "5"), initialEnd("6"))
+		g.lw.watch(addedEvent("a", "1", "5"), end(io.EOF))
+		g.lw.watch(addedEvent("a", "1", "5"), initialEnd("6"))
 		g.runFor(t, time.Second)
 
 		calls := g.lw.Watches()
@@ -744,7 +744,7 @@ func TestReflector_StreamingListCutBeforeEndIsRetried(t *testing.T) {
 func TestReflector_StreamingRelistStartsAtLastVersionThenConsistent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newRig(ReflectorOptions{StreamingList: true})
-		g.lw.watch(initialEnd("8"), added("a", "1", "9"), end(errSrcExpired))
+		g.lw.watch(initialEnd("8"), addedEvent("a", "1", "9"), end(errSrcExpired))
 		g.lw.watchErr(errSrcExpired)
 		g.lw.watch(initialEnd("20"))
 		g.start(t)
@@ -765,7 +765,7 @@ func TestReflector_StreamingRelistStartsAtLastVersionThenConsistent(t *testing.T
 func TestReflector_StreamingListRejectsChangesBeforeEnd(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newRig(ReflectorOptions{StreamingList: true})
-		w := g.lw.watch(added("a", "1", "5"), modified("a", "2", "6"))
+		w := g.lw.watch(addedEvent("a", "1", "5"), modified("a", "2", "6"))
 		g.start(t)
 		synctest.Wait()
 
@@ -782,7 +782,7 @@ func TestReflector_StoreErrorIsReportedAndSkipped(t *testing.T) {
 		g := newRig(ReflectorOptions{})
 		g.store.fail["bad"] = errors.New("no key")
 		g.lw.page("10", "")
-		g.lw.watch(added("bad", "1", "11"), added("good", "1", "12"))
+		g.lw.watch(addedEvent("bad", "1", "11"), addedEvent("good", "1", "12"))
 		g.start(t)
 		synctest.Wait()
 
@@ -838,7 +838,7 @@ func TestReflector_StatsCountWhatHappened(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newRig(ReflectorOptions{})
 		g.lw.page("10", "")
-		g.lw.watch(added("a", "1", "11"), bookmark("12"), end(io.EOF))
+		g.lw.watch(addedEvent("a", "1", "11"), bookmark("12"), end(io.EOF))
 		g.lw.watch(end(errSrcExpired))
 		g.lw.page("20", "")
 		g.lw.watch()
