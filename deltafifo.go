@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 )
 
 // PopFunc processes one popped key: its deltas, oldest first, and whether
@@ -68,20 +67,16 @@ type DeltaFIFOOptions[K comparable, T any] struct {
 // A DeltaFIFO must be created with NewDeltaFIFO. It is safe for concurrent
 // use.
 type DeltaFIFO[K comparable, T any] struct {
-	mu   sync.Mutex
-	cond sync.Cond // L is &mu; broadcast whenever a key is queued or the queue closes
+	queueBase
 
-	// items holds the pending deltas of each queued key (never empty),
-	// and queue holds each of those keys once, in order of first arrival.
-	items map[K]pending[T]
-	queue keyQueue[K]
+	// q holds the queued keys, each once, in order of first arrival, with
+	// their pending deltas (never empty).
+	q keyedQueue[K, pending[T]]
 
 	keyFunc      KeyFunc[K, T]
 	known        KnownObjects[K, T]
 	listedType   DeltaType // Sync or Replaced
 	transform    TransformFunc[T]
-	sync         syncState
-	closed       bool
 	replaceEpoch uint64 // numbers Replace calls, see pending.listedIn
 
 	batch []QueuedDeltas[K, T] // PopBatch's buffer, reused under the lock
@@ -104,7 +99,6 @@ func NewDeltaFIFO[K comparable, T any](opts DeltaFIFOOptions[K, T]) *DeltaFIFO[K
 		panic("mirror: NewDeltaFIFO without a KeyFunc")
 	}
 	f := &DeltaFIFO[K, T]{
-		items:      make(map[K]pending[T]),
 		keyFunc:    opts.KeyFunc,
 		known:      opts.KnownObjects,
 		listedType: Sync,
@@ -113,7 +107,7 @@ func NewDeltaFIFO[K comparable, T any](opts DeltaFIFOOptions[K, T]) *DeltaFIFO[K
 	if opts.EmitDeltaTypeReplaced {
 		f.listedType = Replaced
 	}
-	f.cond.L = &f.mu
+	f.init()
 	return f
 }
 
@@ -137,7 +131,7 @@ func (f *DeltaFIFO[K, T]) add(typ DeltaType, obj T) error {
 	if obj, err = f.transformLocked(key, obj); err != nil {
 		return err
 	}
-	f.sync.populateLocked()
+	f.initial.populateLocked()
 	f.queueLocked(key, Delta[T]{Type: typ, Object: obj})
 	return nil
 }
@@ -155,8 +149,8 @@ func (f *DeltaFIFO[K, T]) Delete(obj T) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.sync.populateLocked()
-	if _, queued := f.items[key]; !queued {
+	f.initial.populateLocked()
+	if _, queued := f.q.find(key); !queued {
 		if f.known == nil {
 			return nil
 		}
@@ -184,14 +178,15 @@ func (f *DeltaFIFO[K, T]) transformLocked(key K, obj T) (T, error) {
 }
 
 // queueLocked appends d to key's deltas, queueing the key if needed.
-func (f *DeltaFIFO[K, T]) queueLocked(key K, d Delta[T]) {
-	p, queued := f.items[key]
-	p.deltas = appendDelta(p.deltas, d)
-	f.items[key] = p
-	if !queued {
-		f.queue.push(key)
+func (f *DeltaFIFO[K, T]) queueLocked(key K, d Delta[T]) *pending[T] {
+	p, queued := f.q.find(key)
+	if queued {
+		p.deltas = appendDelta(p.deltas, d)
+	} else {
+		p = f.q.push(key, pending[T]{deltas: Deltas[T]{d}})
 	}
 	f.cond.Broadcast()
+	return p
 }
 
 // appendDelta appends d to ds, except that two deletions in a row collapse
@@ -208,6 +203,12 @@ func appendDelta[T any](ds Deltas[T], d Delta[T]) Deltas[T] {
 		}
 		return ds
 	}
+	if n := len(ds); n > 0 && n == cap(ds) {
+		// A key that gathers a second delta before it is popped is
+		// likely a busy one that will gather more: grow to 4 at once
+		// rather than through 2.
+		ds = slices.Grow(ds, max(n, 3))
+	}
 	return append(ds, d)
 }
 
@@ -219,7 +220,7 @@ func appendDelta[T any](ds Deltas[T], d Delta[T]) Deltas[T] {
 func (f *DeltaFIFO[K, T]) AddIfNotPresent(key K, deltas Deltas[T]) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.sync.populateLocked()
+	f.initial.populateLocked()
 	if len(deltas) > 0 {
 		f.requeueLocked(key, slices.Clone(deltas))
 	}
@@ -228,11 +229,10 @@ func (f *DeltaFIFO[K, T]) AddIfNotPresent(key K, deltas Deltas[T]) error {
 
 // requeueLocked queues deltas under key if key is not queued.
 func (f *DeltaFIFO[K, T]) requeueLocked(key K, deltas Deltas[T]) {
-	if _, queued := f.items[key]; queued {
+	if _, queued := f.q.find(key); queued {
 		return
 	}
-	f.items[key] = pending[T]{deltas: deltas}
-	f.queue.push(key)
+	f.q.push(key, pending[T]{deltas: deltas})
 	f.cond.Broadcast()
 }
 
@@ -258,6 +258,7 @@ func (f *DeltaFIFO[K, T]) Replace(list []T, _ string) error {
 	defer f.mu.Unlock()
 	f.replaceEpoch++
 	epoch := f.replaceEpoch
+	f.q.reserve(len(list))
 	for _, obj := range list {
 		key, err := keyOf(f.keyFunc, obj)
 		if err != nil {
@@ -266,9 +267,8 @@ func (f *DeltaFIFO[K, T]) Replace(list []T, _ string) error {
 		}
 		if obj, err = f.transformLocked(key, obj); err != nil {
 			errs = append(errs, err)
-			if p, queued := f.items[key]; queued {
+			if p, queued := f.q.find(key); queued {
 				p.listedIn = epoch
-				f.items[key] = p
 			} else {
 				if failed == nil {
 					failed = make(map[K]struct{})
@@ -277,46 +277,32 @@ func (f *DeltaFIFO[K, T]) Replace(list []T, _ string) error {
 			}
 			continue
 		}
-		p, queued := f.items[key]
-		p.deltas = appendDelta(p.deltas, Delta[T]{Type: f.listedType, Object: obj})
-		p.listedIn = epoch
-		f.items[key] = p
-		if !queued {
-			f.queue.push(key)
-		}
+		f.queueLocked(key, Delta[T]{Type: f.listedType, Object: obj}).listedIn = epoch
 	}
 
-	for i := range f.queue.len() {
-		key := f.queue.at(i)
-		p := f.items[key]
-		if p.listedIn == epoch {
-			continue
+	for _, p := range f.q.all() {
+		if p.listedIn != epoch {
+			last := p.deltas[len(p.deltas)-1]
+			p.deltas = appendDelta(p.deltas, Delta[T]{Type: Deleted, Object: last.Object, Tombstone: true})
 		}
-		last := p.deltas[len(p.deltas)-1]
-		p.deltas = appendDelta(p.deltas, Delta[T]{Type: Deleted, Object: last.Object, Tombstone: true})
-		f.items[key] = p
 	}
 
 	if f.known != nil {
 		for key, obj := range f.known.All() {
-			if _, queued := f.items[key]; queued {
+			if _, queued := f.q.find(key); queued {
 				continue // listed, or got its tombstone above
 			}
 			if _, ok := failed[key]; ok {
 				continue
 			}
-			f.items[key] = pending[T]{deltas: Deltas[T]{{Type: Deleted, Object: obj, Tombstone: true}}}
-			f.queue.push(key)
+			f.queueLocked(key, Delta[T]{Type: Deleted, Object: obj, Tombstone: true})
 		}
 	}
 
 	// Every queued key is now one this Replace listed or tombstoned (or,
 	// rarely, one whose transform failed and that was queued already),
 	// so the initial list is the whole queue.
-	f.sync.replacedLocked(f.queue.len())
-	if f.queue.len() > 0 {
-		f.cond.Broadcast()
-	}
+	f.initial.replacedLocked(f.q.len())
 	return errors.Join(errs...)
 }
 
@@ -332,15 +318,10 @@ func (f *DeltaFIFO[K, T]) Resync() error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	n := f.queue.len()
 	for key, obj := range f.known.All() {
-		if _, queued := f.items[key]; !queued {
-			f.items[key] = pending[T]{deltas: Deltas[T]{{Type: Sync, Object: obj}}}
-			f.queue.push(key)
+		if _, queued := f.q.find(key); !queued {
+			f.queueLocked(key, Delta[T]{Type: Sync, Object: obj})
 		}
-	}
-	if f.queue.len() > n {
-		f.cond.Broadcast()
 	}
 	return nil
 }
@@ -360,7 +341,7 @@ func (f *DeltaFIFO[K, T]) Get(obj T) (Deltas[T], bool, error) {
 func (f *DeltaFIFO[K, T]) GetByKey(key K) (Deltas[T], bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	p, ok := f.items[key]
+	p, ok := f.q.find(key)
 	if !ok {
 		return nil, false
 	}
@@ -372,10 +353,9 @@ func (f *DeltaFIFO[K, T]) GetByKey(key K) (Deltas[T], bool) {
 func (f *DeltaFIFO[K, T]) List() []T {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	list := make([]T, f.queue.len())
-	for i := range list {
-		ds := f.items[f.queue.at(i)].deltas
-		list[i] = ds[len(ds)-1].Object
+	list := make([]T, 0, f.q.len())
+	for _, p := range f.q.all() {
+		list = append(list, p.deltas[len(p.deltas)-1].Object)
 	}
 	return list
 }
@@ -384,9 +364,9 @@ func (f *DeltaFIFO[K, T]) List() []T {
 func (f *DeltaFIFO[K, T]) ListKeys() []K {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	keys := make([]K, f.queue.len())
-	for i := range keys {
-		keys[i] = f.queue.at(i)
+	keys := make([]K, 0, f.q.len())
+	for key := range f.q.all() {
+		keys = append(keys, key)
 	}
 	return keys
 }
@@ -395,7 +375,7 @@ func (f *DeltaFIFO[K, T]) ListKeys() []K {
 func (f *DeltaFIFO[K, T]) Len() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.queue.len()
+	return f.q.len()
 }
 
 // Pop waits until a key is queued, removes the oldest and calls process
@@ -410,21 +390,22 @@ func (f *DeltaFIFO[K, T]) Len() int {
 // it, which would, for example, make a relist miss a deletion.
 //
 // If process returns an error wrapping ErrRequeue, the deltas are queued
-// again, at the back, unless the key was queued again meanwhile (which,
-// as process holds the lock, only process itself could do). Pop returns
-// process's error; ctx.Err() if ctx is done (checked first, even if keys
-// are queued); or ErrClosed once the queue is closed and empty. Keys
-// queued before Close are still handed out.
+// again, at the back. The rule is AddIfNotPresent's (newer deltas queued
+// under the key meanwhile would win), but as process holds the lock,
+// nothing can have queued the key, so the deltas always go back. Pop
+// returns process's error; ctx.Err() if ctx is done (checked first, even
+// if keys are queued); or ErrClosed once the queue is closed and empty.
+// Keys queued before Close are still handed out.
 func (f *DeltaFIFO[K, T]) Pop(ctx context.Context, process PopFunc[K, T]) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := waitLocked(ctx, &f.cond, &f.queue, &f.closed); err != nil {
+	if err := waitLocked(ctx, &f.queueBase, &f.q); err != nil {
 		return err
 	}
 	key, deltas, initial := f.popLocked()
 	err := process(key, deltas, initial)
 	if errors.Is(err, ErrRequeue) {
-		f.sync.populateLocked()
+		f.initial.populateLocked()
 		f.requeueLocked(key, deltas)
 	}
 	return err
@@ -440,17 +421,17 @@ func (f *DeltaFIFO[K, T]) Pop(ctx context.Context, process PopFunc[K, T]) error 
 func (f *DeltaFIFO[K, T]) PopBatch(ctx context.Context, maxKeys int, process func(batch []QueuedDeltas[K, T]) error) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := waitLocked(ctx, &f.cond, &f.queue, &f.closed); err != nil {
+	if err := waitLocked(ctx, &f.queueBase, &f.q); err != nil {
 		return err
 	}
 	batch := f.batch[:0]
-	for n := min(f.queue.len(), max(maxKeys, 1)); len(batch) < n; {
+	for n := min(f.q.len(), max(maxKeys, 1)); len(batch) < n; {
 		key, deltas, initial := f.popLocked()
 		batch = append(batch, QueuedDeltas[K, T]{Key: key, Deltas: deltas, IsInInitialList: initial})
 	}
 	err := process(batch)
 	if errors.Is(err, ErrRequeue) {
-		f.sync.populateLocked()
+		f.initial.populateLocked()
 		for _, q := range batch {
 			f.requeueLocked(q.Key, q.Deltas)
 		}
@@ -470,10 +451,8 @@ const maxKeptBatch = 1024
 
 // popLocked removes the front key, which must exist, and its deltas.
 func (f *DeltaFIFO[K, T]) popLocked() (K, Deltas[T], bool) {
-	key := f.queue.pop()
-	deltas := f.items[key].deltas
-	delete(f.items, key)
-	return key, deltas, f.sync.poppedLocked()
+	key, p := f.q.pop()
+	return key, p.deltas, f.initial.poppedLocked()
 }
 
 // HasSynced reports whether the queue has handed out its initial list:
@@ -481,21 +460,12 @@ func (f *DeltaFIFO[K, T]) popLocked() (K, Deltas[T], bool) {
 // its tombstones) has been popped, or Add, Update, Delete or
 // AddIfNotPresent was called before any Replace. Once true it stays true.
 // It does not take the lock.
-func (f *DeltaFIFO[K, T]) HasSynced() bool { return f.sync.synced.Load() }
+func (f *DeltaFIFO[K, T]) HasSynced() bool { return f.initial.synced.Load() }
 
 // Close wakes every Pop and PopBatch waiting on an empty queue; from then
 // on they hand out what is still queued and then return ErrClosed.
 // Producers may still add; their deltas are popped too.
-func (f *DeltaFIFO[K, T]) Close() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.closed = true
-	f.cond.Broadcast()
-}
+func (f *DeltaFIFO[K, T]) Close() { f.close() }
 
 // IsClosed reports whether Close was called.
-func (f *DeltaFIFO[K, T]) IsClosed() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.closed
-}
+func (f *DeltaFIFO[K, T]) IsClosed() bool { return f.isClosed() }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"iter"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -75,6 +76,18 @@ func deleted(o obj) Delta[obj]   { return Delta[obj]{Type: Deleted, Object: o} }
 func tombstone(o obj) Delta[obj] { return Delta[obj]{Type: Deleted, Object: o, Tombstone: true} }
 func synced(o obj) Delta[obj]    { return Delta[obj]{Type: Sync, Object: o} }
 func replaced(o obj) Delta[obj]  { return Delta[obj]{Type: Replaced, Object: o} }
+
+// newTestDeltaFIFO returns a DeltaFIFO of objs keyed by objKey, with
+// known as KnownObjects unless it is nil.
+func newTestDeltaFIFO(known knownMap, emitReplaced bool) *DeltaFIFO[string, obj] {
+	opts := DeltaFIFOOptions[string, obj]{KeyFunc: objKey, EmitDeltaTypeReplaced: emitReplaced}
+	if known != nil {
+		// A nil knownMap in the interface would be a non-nil
+		// KnownObjects that knows nothing.
+		opts.KnownObjects = known
+	}
+	return NewDeltaFIFO(opts)
+}
 
 // popped is one key handed out by Pop.
 type popped struct {
@@ -149,11 +162,7 @@ func TestDeltaFIFO_DeleteOfUnknownKeyIsNoOp(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			opts := DeltaFIFOOptions[string, obj]{KeyFunc: objKey}
-			if tt.known != nil {
-				opts.KnownObjects = tt.known
-			}
-			f := NewDeltaFIFO(opts)
+			f := newTestDeltaFIFO(tt.known, false)
 			if tt.queued {
 				require.NoError(t, f.Add(obj{"a", 1}))
 			}
@@ -327,11 +336,7 @@ func TestDeltaFIFO_ReplaceMakesTombstones(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			opts := DeltaFIFOOptions[string, obj]{KeyFunc: objKey, EmitDeltaTypeReplaced: tt.emitReplaced}
-			if tt.known != nil {
-				opts.KnownObjects = tt.known
-			}
-			f := NewDeltaFIFO(opts)
+			f := newTestDeltaFIFO(tt.known, tt.emitReplaced)
 			if tt.before != nil {
 				tt.before(f)
 			}
@@ -387,11 +392,7 @@ func TestDeltaFIFO_ResyncQueuesKnownObjectsWithoutPendingDeltas(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			opts := DeltaFIFOOptions[string, obj]{KeyFunc: objKey}
-			if tt.known != nil {
-				opts.KnownObjects = tt.known
-			}
-			f := NewDeltaFIFO(opts)
+			f := newTestDeltaFIFO(tt.known, false)
 			if tt.before != nil {
 				tt.before(f)
 			}
@@ -464,11 +465,7 @@ func TestDeltaFIFO_HasSynced(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			opts := DeltaFIFOOptions[string, obj]{KeyFunc: objKey}
-			if tt.known != nil {
-				opts.KnownObjects = tt.known
-			}
-			f := NewDeltaFIFO(opts)
+			f := newTestDeltaFIFO(tt.known, false)
 			var initial []bool
 			for i, op := range tt.ops {
 				fields := strings.Fields(op)
@@ -922,5 +919,70 @@ func TestDeltaFIFO_ConcurrentProducersAndPoppersLoseNothing(t *testing.T) {
 	}
 	for p := range producers {
 		assert.Equal(t, want, got[fmt.Sprintf("p%d", p)], "every delta once, in order")
+	}
+}
+
+// Thousands of keys cross the storage's chunk boundaries and make it drop
+// and rebuild its index; order and deltas must not notice.
+func TestDeltaFIFO_KeepsOrderAcrossLargeBursts(t *testing.T) {
+	name := func(i int) string { return fmt.Sprintf("k%05d", i) }
+	f := newTestDeltaFIFO(nil, false)
+	for round := range 2 {
+		for i := range 3000 {
+			require.NoError(t, f.Add(obj{name(i), 1}))
+		}
+		for i := range 1000 {
+			require.NoError(t, f.Update(obj{name(i), 2}))
+		}
+		for i := range 2000 {
+			require.NoError(t, f.Pop(context.Background(), func(key string, ds Deltas[obj], _ bool) error {
+				require.Equal(t, name(i), key)
+				want := Deltas[obj]{added(obj{key, 1})}
+				if i < 1000 {
+					want = append(want, updated(obj{key, 2}))
+				}
+				require.Equal(t, want, ds)
+				return nil
+			}))
+		}
+		for i := 5000; i < 8000; i++ {
+			require.NoError(t, f.Add(obj{name(i), 1}))
+		}
+		// Queued now: 2000..2999, then 5000..7999. Relist 2500..2999,
+		// 5000..5999 and a new 9000.
+		var list []obj
+		for i := 2500; i < 3000; i++ {
+			list = append(list, obj{name(i), 3})
+		}
+		for i := 5000; i < 6000; i++ {
+			list = append(list, obj{name(i), 3})
+		}
+		list = append(list, obj{name(9000), 3})
+		require.NoError(t, f.Replace(list, ""))
+
+		var wantKeys []string
+		for i := 2000; i < 3000; i++ {
+			wantKeys = append(wantKeys, name(i))
+		}
+		for i := 5000; i < 8000; i++ {
+			wantKeys = append(wantKeys, name(i))
+		}
+		wantKeys = append(wantKeys, name(9000))
+		got := popAll(t, f)
+		require.Len(t, got, len(wantKeys), "round %d", round)
+		for i, p := range got {
+			require.Equal(t, wantKeys[i], p.key)
+			n, err := strconv.Atoi(p.key[1:])
+			require.NoError(t, err)
+			switch {
+			case n == 9000:
+				require.Equal(t, Deltas[obj]{synced(obj{p.key, 3})}, p.deltas)
+			case n < 2500 || n >= 6000:
+				require.Equal(t, Deltas[obj]{added(obj{p.key, 1}), tombstone(obj{p.key, 1})}, p.deltas)
+			default:
+				require.Equal(t, Deltas[obj]{added(obj{p.key, 1}), synced(obj{p.key, 3})}, p.deltas)
+			}
+		}
+		assert.Nil(t, f.q.index, "the drained queue let its large index go")
 	}
 }

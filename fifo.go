@@ -18,19 +18,15 @@ import (
 //
 // A FIFO must be created with NewFIFO. It is safe for concurrent use.
 type FIFO[K comparable, T any] struct {
-	mu   sync.Mutex
-	cond sync.Cond // L is &mu; broadcast whenever a key is queued or the queue closes
+	queueBase
 
-	// items holds one entry per queued key, and queue holds each of those
-	// keys once. An entry whose value was deleted stays queued so that
-	// deleting needs no search through the queue; Pop drops it.
-	items map[K]fifoItem[T]
-	queue keyQueue[K]
-	live  int // entries in items that hold a value
+	// q holds the queued keys, each once, in pop order. A key whose value
+	// was deleted stays queued, so that deleting needs no search through
+	// the queue; Pop drops it.
+	q    keyedQueue[K, fifoItem[T]]
+	live int // queued keys that hold a value
 
 	keyFunc KeyFunc[K, T]
-	sync    syncState
-	closed  bool
 }
 
 type fifoItem[T any] struct {
@@ -44,8 +40,8 @@ func NewFIFO[K comparable, T any](keyFunc KeyFunc[K, T]) *FIFO[K, T] {
 	if keyFunc == nil {
 		panic("mirror: NewFIFO with a nil KeyFunc")
 	}
-	f := &FIFO[K, T]{items: make(map[K]fifoItem[T]), keyFunc: keyFunc}
-	f.cond.L = &f.mu
+	f := &FIFO[K, T]{keyFunc: keyFunc}
+	f.init()
 	return f
 }
 
@@ -55,17 +51,7 @@ var _ Store[string, int] = (*FIFO[string, int])(nil)
 // popped, and queues the key if it is not queued. A key that stays queued
 // keeps its place. If the key function fails, Add returns a *KeyError and
 // changes nothing.
-func (f *FIFO[K, T]) Add(obj T) error {
-	key, err := keyOf(f.keyFunc, obj)
-	if err != nil {
-		return err
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.sync.populateLocked()
-	f.putLocked(key, obj, true)
-	return nil
-}
+func (f *FIFO[K, T]) Add(obj T) error { return f.put(obj, true) }
 
 // Update is Add: a FIFO does not tell new objects from changed ones.
 func (f *FIFO[K, T]) Update(obj T) error { return f.Add(obj) }
@@ -75,32 +61,36 @@ func (f *FIFO[K, T]) Update(obj T) error { return f.Add(obj) }
 // to put back an object it failed to process without clobbering a newer
 // value a producer stored meanwhile. If the key function fails it returns
 // a *KeyError and changes nothing.
-func (f *FIFO[K, T]) AddIfNotPresent(obj T) error {
+func (f *FIFO[K, T]) AddIfNotPresent(obj T) error { return f.put(obj, false) }
+
+func (f *FIFO[K, T]) put(obj T, overwrite bool) error {
 	key, err := keyOf(f.keyFunc, obj)
 	if err != nil {
 		return err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.sync.populateLocked()
-	f.putLocked(key, obj, false)
+	f.initial.populateLocked()
+	f.putLocked(key, obj, overwrite)
 	return nil
 }
 
 // putLocked stores obj under key, queueing the key if it is not queued.
 // If overwrite is false, an existing value is kept.
 func (f *FIFO[K, T]) putLocked(key K, obj T, overwrite bool) {
-	it, queued := f.items[key]
-	if queued && !it.deleted && !overwrite {
-		return
-	}
-	if !queued {
-		f.queue.push(key)
-	}
-	if !queued || it.deleted {
+	if it, queued := f.q.find(key); queued {
+		if !it.deleted && !overwrite {
+			return
+		}
+		if it.deleted {
+			it.deleted = false
+			f.live++
+		}
+		it.obj = obj
+	} else {
+		f.q.push(key, fifoItem[T]{obj: obj})
 		f.live++
 	}
-	f.items[key] = fifoItem[T]{obj: obj}
 	f.cond.Broadcast()
 }
 
@@ -114,11 +104,11 @@ func (f *FIFO[K, T]) Delete(obj T) error {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.sync.populateLocked()
-	if it, ok := f.items[key]; ok && !it.deleted {
+	f.initial.populateLocked()
+	if it, queued := f.q.find(key); queued && !it.deleted {
 		// The key stays queued (removing it would mean searching the
 		// queue); Pop skips it. Dropping the value lets it be collected.
-		f.items[key] = fifoItem[T]{deleted: true}
+		*it = fifoItem[T]{deleted: true}
 		f.live--
 	}
 	return nil
@@ -134,32 +124,34 @@ func (f *FIFO[K, T]) Replace(list []T, _ string) error {
 	var errs []error
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	next := make(map[K]fifoItem[T], len(list))
+	vals := make(map[K]T, len(list))
+	var fresh []K // listed keys not queued, in list order
 	for _, obj := range list {
 		key, err := keyOf(f.keyFunc, obj)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		if _, seen := next[key]; !seen {
-			if _, queued := f.items[key]; !queued {
-				f.queue.push(key)
-				// Mark the key queued in the outgoing map so that a
-				// duplicate in list is not queued twice. The map is
-				// discarded below.
-				f.items[key] = fifoItem[T]{}
+		if _, dup := vals[key]; !dup {
+			if _, queued := f.q.find(key); !queued {
+				fresh = append(fresh, key)
 			}
 		}
-		next[key] = fifoItem[T]{obj: obj}
+		vals[key] = obj
 	}
-	f.queue.retain(func(k K) bool {
-		_, ok := next[k]
-		return ok
-	})
-	f.items = next
-	f.live = len(next)
-	f.sync.replacedLocked(f.queue.len())
-	if f.queue.len() > 0 {
+	var next keyedQueue[K, fifoItem[T]]
+	next.reserve(len(vals))
+	for key := range f.q.all() {
+		if obj, listed := vals[key]; listed {
+			next.push(key, fifoItem[T]{obj: obj})
+		}
+	}
+	for _, key := range fresh {
+		next.push(key, fifoItem[T]{obj: vals[key]})
+	}
+	f.q, f.live = next, next.len()
+	f.initial.replacedLocked(f.q.len())
+	if f.q.len() > 0 {
 		f.cond.Broadcast()
 	}
 	return errors.Join(errs...)
@@ -187,8 +179,12 @@ func (f *FIFO[K, T]) Get(obj T) (T, bool, error) {
 func (f *FIFO[K, T]) GetByKey(key K) (T, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	it, ok := f.items[key]
-	return it.obj, ok && !it.deleted
+	it, ok := f.q.find(key)
+	if !ok || it.deleted {
+		var zero T
+		return zero, false
+	}
+	return it.obj, true
 }
 
 // List returns every stored value, in the order they will be popped.
@@ -232,12 +228,9 @@ func (f *FIFO[K, T]) All() iter.Seq2[K, T] {
 // allLocked yields the queued keys that hold a value, in queue order.
 func (f *FIFO[K, T]) allLocked() iter.Seq2[K, T] {
 	return func(yield func(K, T) bool) {
-		for i := range f.queue.len() {
-			k := f.queue.at(i)
-			if it := f.items[k]; !it.deleted {
-				if !yield(k, it.obj) {
-					return
-				}
+		for key, it := range f.q.all() {
+			if !it.deleted && !yield(key, it.obj) {
+				return
 			}
 		}
 	}
@@ -253,32 +246,30 @@ func (f *FIFO[K, T]) Len() int {
 // Pop waits until a value is queued, removes the oldest and calls process
 // with its key, the value, and whether it belongs to the initial list (see
 // HasSynced). process runs with the FIFO's lock held, so producers wait
-// until it returns and nothing can queue the key meanwhile; process must
-// therefore not call the FIFO's methods.
+// until it returns; process must therefore not call the FIFO's methods.
 //
 // If process returns an error wrapping ErrRequeue, the value is queued
-// again, at the back, unless a value was stored under its key meanwhile.
-// Pop returns process's error, ctx.Err() if ctx is done (checked first,
+// again, at the back. The rule is AddIfNotPresent's (a newer value stored
+// meanwhile would win), but as process holds the lock, nothing can have
+// stored one, so the value always goes back. Pop returns process's error, ctx.Err() if ctx is done (checked first,
 // even if values are queued), or ErrClosed once the FIFO is closed and
 // empty. Values queued before Close are still handed out.
 func (f *FIFO[K, T]) Pop(ctx context.Context, process func(key K, obj T, isInInitialList bool) error) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for {
-		if err := waitLocked(ctx, &f.cond, &f.queue, &f.closed); err != nil {
+		if err := waitLocked(ctx, &f.queueBase, &f.q); err != nil {
 			return err
 		}
-		key := f.queue.pop()
-		it := f.items[key]
-		delete(f.items, key)
-		initial := f.sync.poppedLocked()
+		key, it := f.q.pop()
+		initial := f.initial.poppedLocked()
 		if it.deleted {
 			continue
 		}
 		f.live--
 		err := process(key, it.obj, initial)
 		if errors.Is(err, ErrRequeue) {
-			f.sync.populateLocked()
+			f.initial.populateLocked()
 			f.putLocked(key, it.obj, false)
 		}
 		return err
@@ -289,70 +280,83 @@ func (f *FIFO[K, T]) Pop(ctx context.Context, process func(key K, obj T, isInIni
 // every key queued by the first Replace has been popped (deleted ones
 // count), or Add, Update, Delete or AddIfNotPresent was called before
 // any Replace. Once true it stays true. It does not take the lock.
-func (f *FIFO[K, T]) HasSynced() bool { return f.sync.synced.Load() }
+func (f *FIFO[K, T]) HasSynced() bool { return f.initial.synced.Load() }
 
 // Close wakes every Pop waiting on an empty FIFO; from then on Pop hands
 // out what is still queued and then returns ErrClosed. Producers may still
 // add; their values are popped too.
-func (f *FIFO[K, T]) Close() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.closed = true
-	f.cond.Broadcast()
-}
+func (f *FIFO[K, T]) Close() { f.close() }
 
 // IsClosed reports whether Close was called.
-func (f *FIFO[K, T]) IsClosed() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.closed
+func (f *FIFO[K, T]) IsClosed() bool { return f.isClosed() }
+
+// queueBase is what FIFO and DeltaFIFO share: the lock, the condition
+// poppers wait on, closing, and the initial-list tracking of HasSynced.
+type queueBase struct {
+	mu      sync.Mutex
+	cond    sync.Cond // L is &mu; broadcast whenever a key is queued or the queue closes
+	closed  bool
+	initial initialList
 }
 
-// syncState tracks the initial population of a queue for HasSynced. Its
-// methods are called with the queue's lock held; synced may be read
-// without it.
-type syncState struct {
+func (q *queueBase) init() { q.cond.L = &q.mu }
+
+func (q *queueBase) close() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.closed = true
+	q.cond.Broadcast()
+}
+
+func (q *queueBase) isClosed() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.closed
+}
+
+// initialList tracks a queue's initial content for HasSynced. Its methods
+// are called with the queue's lock held; synced may be read without it.
+type initialList struct {
 	populated bool
-	initial   int // keys of the first Replace not yet popped
+	left      int // keys queued by the first Replace not yet popped
 	synced    atomic.Bool
 }
 
 // populateLocked records that the queue has content that did not come
 // from a first Replace, so there is no initial list to wait for.
-func (s *syncState) populateLocked() {
+func (s *initialList) populateLocked() {
 	if !s.populated {
 		s.populated = true
-		s.synced.Store(s.initial == 0)
+		s.synced.Store(s.left == 0)
 	}
 }
 
 // replacedLocked records a Replace that left queued keys in the queue;
 // the first one defines the initial list.
-func (s *syncState) replacedLocked(queued int) {
+func (s *initialList) replacedLocked(queued int) {
 	if !s.populated {
-		s.initial = queued
+		s.left = queued
 		s.populateLocked()
 	}
 }
 
 // poppedLocked records that a key was taken from the queue and returns
 // whether it belonged to the initial list, judged before this pop.
-func (s *syncState) poppedLocked() (isInInitialList bool) {
+func (s *initialList) poppedLocked() (isInInitialList bool) {
 	isInInitialList = !s.synced.Load()
-	if s.initial > 0 {
-		s.initial--
-		if s.initial == 0 && s.populated {
+	if s.left > 0 {
+		s.left--
+		if s.left == 0 && s.populated {
 			s.synced.Store(true)
 		}
 	}
 	return isInInitialList
 }
 
-// waitLocked waits on cond, with its lock held, until q is not empty. It
-// returns ctx.Err() if ctx is done (even when q is not empty, so that a
-// cancelled consumer stops at once), or ErrClosed if *closed and q is
-// empty.
-func waitLocked[K any](ctx context.Context, cond *sync.Cond, q *keyQueue[K], closed *bool) error {
+// waitLocked waits, with b's lock held, until q is not empty. It returns
+// ctx.Err() if ctx is done (even when q is not empty, so that a cancelled
+// consumer stops at once), or ErrClosed if b is closed and q is empty.
+func waitLocked[K comparable, V any](ctx context.Context, b *queueBase, q *keyedQueue[K, V]) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -365,95 +369,175 @@ func waitLocked[K any](ctx context.Context, cond *sync.Cond, q *keyQueue[K], clo
 	var stop func() bool
 	if ctx.Done() != nil {
 		stop = context.AfterFunc(ctx, func() {
-			cond.L.Lock()
-			cond.Broadcast()
-			cond.L.Unlock()
+			b.mu.Lock()
+			b.cond.Broadcast()
+			b.mu.Unlock()
 		})
 		defer stop()
 	}
 	for q.len() == 0 {
-		if *closed {
+		if b.closed {
 			return ErrClosed
 		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		cond.Wait()
+		b.cond.Wait()
 	}
 	return ctx.Err()
 }
 
-// keyQueue is a FIFO of keys in a ring buffer whose size is a power of
-// two. Unlike re-slicing a slice (q = q[1:]), popping frees the slot for
-// reuse, so a long-lived queue does not keep reallocating; it also shrinks
-// when mostly empty, so a burst does not pin memory forever.
-type keyQueue[K any] struct {
-	buf  []K
-	head int
-	n    int
+// keyedQueue is the storage of both queues: a FIFO of values, at most one
+// per key, that also finds a value by its key. Its zero value is empty and
+// ready to use.
+type keyedQueue[K comparable, V any] struct {
+	index map[K]uint64 // key -> sequence number of its entry in order
+	order seqQueue[keyedEntry[K, V]]
+	// peak is the largest length since index was made. Go maps never
+	// shrink, so after a burst (an initial list of a million keys, say)
+	// the index would pin its memory for the life of the queue; pop
+	// drops it once the queue drains, if it grew large.
+	peak int
 }
 
-const keyQueueMinSize = 16
+type keyedEntry[K comparable, V any] struct {
+	key K
+	val V
+}
 
-func (q *keyQueue[K]) len() int { return q.n }
+// keepIndexUpTo is the peak length up to which a drained queue keeps its
+// index map rather than letting it be collected.
+const keepIndexUpTo = 1024
 
-// at returns the i-th key from the front; 0 <= i < q.len().
-func (q *keyQueue[K]) at(i int) K { return q.buf[(q.head+i)&(len(q.buf)-1)] }
+func (q *keyedQueue[K, V]) len() int { return q.order.len() }
 
-func (q *keyQueue[K]) push(k K) {
-	if q.n == len(q.buf) {
-		q.resize(max(2*len(q.buf), keyQueueMinSize))
+// find returns the value queued under key. The pointer stays valid until
+// key is popped.
+func (q *keyedQueue[K, V]) find(key K) (*V, bool) {
+	seq, ok := q.index[key]
+	if !ok {
+		return nil, false
 	}
-	q.buf[(q.head+q.n)&(len(q.buf)-1)] = k
-	q.n++
+	return &q.order.at(seq).val, true
 }
 
-// pop removes and returns the front key; the queue must not be empty.
-func (q *keyQueue[K]) pop() K {
-	k := q.buf[q.head]
-	var zero K
-	q.buf[q.head] = zero // let a key that holds pointers be collected
-	q.head = (q.head + 1) & (len(q.buf) - 1)
-	q.n--
-	// Shrinking at a quarter (not a half) leaves room to grow again
-	// without reallocating, so a queue hovering at a boundary does not
-	// thrash.
-	if len(q.buf) > keyQueueMinSize && q.n <= len(q.buf)/4 {
-		q.resize(len(q.buf) / 2)
+// push queues val under key, which must not be queued, and returns a
+// pointer to the queued value.
+func (q *keyedQueue[K, V]) push(key K, val V) *V {
+	if q.index == nil {
+		q.index = make(map[K]uint64)
 	}
-	return k
+	seq := q.order.push(keyedEntry[K, V]{key: key, val: val})
+	q.index[key] = seq
+	q.peak = max(q.peak, q.order.len())
+	return &q.order.at(seq).val
 }
 
-// retain keeps, in order, only the keys for which keep returns true.
-func (q *keyQueue[K]) retain(keep func(K) bool) {
-	j := 0
-	for i := range q.n {
-		k := q.at(i)
-		if keep(k) {
-			q.buf[(q.head+j)&(len(q.buf)-1)] = k
-			j++
+// pop removes and returns the front key and its value; the queue must not
+// be empty.
+func (q *keyedQueue[K, V]) pop() (K, V) {
+	e := q.order.pop()
+	delete(q.index, e.key)
+	if q.order.len() == 0 && q.peak > keepIndexUpTo {
+		q.index, q.peak = nil, 0
+	}
+	return e.key, e.val
+}
+
+// reserve prepares an empty queue for n keys, so that a large Replace
+// does not grow the index step by step. It does nothing to a queue that
+// holds keys: moving them to a larger map would cost what it saves.
+func (q *keyedQueue[K, V]) reserve(n int) {
+	if q.order.len() == 0 && n > keepIndexUpTo {
+		q.index, q.peak = make(map[K]uint64, n), 0
+	}
+}
+
+// all yields every queued key and a pointer to its value, front first.
+// The loop may change values but must not push or pop.
+func (q *keyedQueue[K, V]) all() iter.Seq2[K, *V] {
+	return func(yield func(K, *V) bool) {
+		for seq := range q.order.seqs() {
+			e := q.order.at(seq)
+			if !yield(e.key, &e.val) {
+				return
+			}
 		}
 	}
-	var zero K
-	for i := j; i < q.n; i++ {
-		q.buf[(q.head+i)&(len(q.buf)-1)] = zero
-	}
-	q.n = j
 }
 
-// resize moves the keys, in order, to a buffer of size (a power of two
-// not smaller than q.n).
-func (q *keyQueue[K]) resize(size int) {
-	buf := make([]K, size)
-	if q.n > 0 {
-		end := q.head + q.n
-		if end <= len(q.buf) {
-			copy(buf, q.buf[q.head:end])
-		} else {
-			c := copy(buf, q.buf[q.head:])
-			copy(buf[c:], q.buf[:end-len(q.buf)])
+// seqQueue is a FIFO of entries addressed by sequence number: push
+// numbers entries consecutively, and an entry keeps its number until it is
+// popped. So a map from key to sequence number finds a queued entry and is
+// not touched by the pops of other entries.
+//
+// Entries live in fixed-size chunks. Growing adds a chunk and never copies
+// entries; a chunk is released as soon as its last entry is popped, so
+// memory follows the queue's length down after a burst (a long-lived
+// re-sliced slice, q = q[1:], would keep its whole backing array), and
+// filling and draining a large queue costs no copying either way.
+type seqQueue[E any] struct {
+	chunks [][]E  // chunks[i] holds sequence numbers base+i*chunkLen up to base+(i+1)*chunkLen
+	base   uint64 // first sequence number of chunks[0], a multiple of chunkLen
+	head   uint64 // sequence number of the front entry
+	tail   uint64 // sequence number the next push gets
+	spare  []E    // an emptied chunk kept for reuse, so that a queue hovering at a chunk boundary does not allocate
+}
+
+const chunkLen = 256
+
+func (q *seqQueue[E]) len() int { return int(q.tail - q.head) }
+
+// at returns the queued entry numbered seq; head <= seq < tail.
+func (q *seqQueue[E]) at(seq uint64) *E {
+	off := seq - q.base
+	return &q.chunks[off/chunkLen][off%chunkLen]
+}
+
+// seqs yields the sequence numbers of the queued entries, front first.
+// The queue must not change during the loop.
+func (q *seqQueue[E]) seqs() iter.Seq[uint64] {
+	return func(yield func(uint64) bool) {
+		for seq := q.head; seq != q.tail; seq++ {
+			if !yield(seq) {
+				return
+			}
 		}
 	}
-	q.buf = buf
-	q.head = 0
+}
+
+// push appends e and returns its sequence number.
+func (q *seqQueue[E]) push(e E) uint64 {
+	if q.tail-q.base == uint64(len(q.chunks))*chunkLen {
+		c := q.spare
+		if c == nil {
+			c = make([]E, chunkLen)
+		}
+		q.spare = nil
+		q.chunks = append(q.chunks, c)
+	}
+	seq := q.tail
+	*q.at(seq) = e
+	q.tail++
+	return seq
+}
+
+// pop removes and returns the front entry; the queue must not be empty.
+func (q *seqQueue[E]) pop() E {
+	slot := q.at(q.head)
+	e := *slot
+	var zero E
+	*slot = zero // let what the entry points to be collected
+	q.head++
+	if q.head-q.base == chunkLen {
+		// The first chunk is used up. Shifting the chunk list down
+		// copies a pointer per chunk once per chunkLen pops, which is
+		// cheap, and unlike re-slicing it keeps nothing alive.
+		q.spare = q.chunks[0]
+		n := copy(q.chunks, q.chunks[1:])
+		q.chunks[n] = nil
+		q.chunks = q.chunks[:n]
+		q.base += chunkLen
+	}
+	return e
 }

@@ -65,58 +65,18 @@ func runFIFOOps(t *testing.T, f *FIFO[string, obj], ops []string) {
 	}
 }
 
-func TestFIFO_Semantics(t *testing.T) {
-	tests := []struct {
-		name string
-		ops  []string
-		want []fifoPop // what popping everything yields, initial ignored
-	}{
-		{
-			name: "keeps the latest value per key, in order of first arrival",
-			ops:  []string{"add a", "add b", "update a", "update a"},
-			want: []fifoPop{{key: "a", obj: obj{"a", 3}}, {key: "b", obj: obj{"b", 1}}},
-		},
-		{
-			name: "deleted objects are never popped",
-			ops:  []string{"add a", "add b", "delete a"},
-			want: []fifoPop{{key: "b", obj: obj{"b", 1}}},
-		},
-		{
-			name: "a key deleted then added again keeps its place",
-			ops:  []string{"add a", "add b", "delete a", "add a"},
-			want: []fifoPop{{key: "a", obj: obj{"a", 3}}, {key: "b", obj: obj{"b", 1}}},
-		},
-		{
-			name: "deleting an absent key does nothing",
-			ops:  []string{"delete a", "add b"},
-			want: []fifoPop{{key: "b", obj: obj{"b", 1}}},
-		},
-		{
-			name: "AddIfNotPresent never overwrites",
-			ops:  []string{"add a", "addifnotpresent a", "addifnotpresent b"},
-			want: []fifoPop{{key: "a", obj: obj{"a", 0}}, {key: "b", obj: obj{"b", 2}}},
-		},
-		{
-			name: "AddIfNotPresent fills a deleted key",
-			ops:  []string{"add a", "delete a", "addifnotpresent a"},
-			want: []fifoPop{{key: "a", obj: obj{"a", 2}}},
-		},
-		{
-			name: "Replace swaps the content; queued keys still listed keep their place",
-			ops:  []string{"add a", "add b", "add c", "delete c", "replace d b c"},
-			want: []fifoPop{{key: "b", obj: obj{"b", 4}}, {key: "c", obj: obj{"c", 4}}, {key: "d", obj: obj{"d", 4}}},
-		},
-		{
-			name: "Replace with a key listed twice queues it once",
-			ops:  []string{"replace a b a"},
-			want: []fifoPop{{key: "a", obj: obj{"a", 0}}, {key: "b", obj: obj{"b", 0}}},
-		},
-		{
-			name: "Resync queues nothing twice",
-			ops:  []string{"add a", "add b", "resync", "resync"},
-			want: []fifoPop{{key: "a", obj: obj{"a", 0}}, {key: "b", obj: obj{"b", 1}}},
-		},
-	}
+// fifoCase is a sequence of operations and what popping everything
+// afterwards must yield.
+type fifoCase struct {
+	name string
+	ops  []string
+	want []fifoPop // initial is ignored
+}
+
+// runFIFOCases checks, for each case, List, ListKeys, Len, All, GetByKey
+// and finally the pops against want.
+func runFIFOCases(t *testing.T, tests []fifoCase) {
+	t.Helper()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			f := NewFIFO(objKey)
@@ -147,6 +107,76 @@ func TestFIFO_Semantics(t *testing.T) {
 	}
 }
 
+func TestFIFO_KeepsLatestValuePerKey(t *testing.T) {
+	runFIFOCases(t, []fifoCase{
+		{
+			name: "keeps the latest value per key, in order of first arrival",
+			ops:  []string{"add a", "add b", "update a", "update a"},
+			want: []fifoPop{{key: "a", obj: obj{"a", 3}}, {key: "b", obj: obj{"b", 1}}},
+		},
+	})
+}
+
+func TestFIFO_DeletedObjectsAreNeverPopped(t *testing.T) {
+	runFIFOCases(t, []fifoCase{
+		{
+			name: "deleted objects are never popped",
+			ops:  []string{"add a", "add b", "delete a"},
+			want: []fifoPop{{key: "b", obj: obj{"b", 1}}},
+		},
+		{
+			name: "a key deleted then added again keeps its place",
+			ops:  []string{"add a", "add b", "delete a", "add a"},
+			want: []fifoPop{{key: "a", obj: obj{"a", 3}}, {key: "b", obj: obj{"b", 1}}},
+		},
+		{
+			name: "deleting an absent key does nothing",
+			ops:  []string{"delete a", "add b"},
+			want: []fifoPop{{key: "b", obj: obj{"b", 1}}},
+		},
+	})
+}
+
+func TestFIFO_AddIfNotPresentNeverOverwrites(t *testing.T) {
+	runFIFOCases(t, []fifoCase{
+		{
+			name: "AddIfNotPresent never overwrites",
+			ops:  []string{"add a", "addifnotpresent a", "addifnotpresent b"},
+			want: []fifoPop{{key: "a", obj: obj{"a", 0}}, {key: "b", obj: obj{"b", 2}}},
+		},
+		{
+			name: "AddIfNotPresent fills a deleted key",
+			ops:  []string{"add a", "delete a", "addifnotpresent a"},
+			want: []fifoPop{{key: "a", obj: obj{"a", 2}}},
+		},
+	})
+}
+
+func TestFIFO_ReplaceSwapsTheWholeContent(t *testing.T) {
+	runFIFOCases(t, []fifoCase{
+		{
+			name: "Replace swaps the content; queued keys still listed keep their place",
+			ops:  []string{"add a", "add b", "add c", "delete c", "replace d b c"},
+			want: []fifoPop{{key: "b", obj: obj{"b", 4}}, {key: "c", obj: obj{"c", 4}}, {key: "d", obj: obj{"d", 4}}},
+		},
+		{
+			name: "Replace with a key listed twice queues it once",
+			ops:  []string{"replace a b a"},
+			want: []fifoPop{{key: "a", obj: obj{"a", 0}}, {key: "b", obj: obj{"b", 0}}},
+		},
+	})
+}
+
+func TestFIFO_ResyncQueuesNothingTwice(t *testing.T) {
+	runFIFOCases(t, []fifoCase{
+		{
+			name: "Resync queues nothing twice",
+			ops:  []string{"add a", "add b", "resync", "resync"},
+			want: []fifoPop{{key: "a", obj: obj{"a", 0}}, {key: "b", obj: obj{"b", 1}}},
+		},
+	})
+}
+
 func TestFIFO_PopRemovesTheItemBeforeProcess(t *testing.T) {
 	f := NewFIFO(objKey)
 	require.NoError(t, f.Add(obj{"a", 1}))
@@ -155,7 +185,7 @@ func TestFIFO_PopRemovesTheItemBeforeProcess(t *testing.T) {
 	// the state it leaves instead: a value stored during processing
 	// would be lost if the item were removed after process.
 	require.NoError(t, f.Pop(context.Background(), func(key string, o obj, _ bool) error {
-		_, inQueue = f.items[key]
+		_, inQueue = f.q.find(key)
 		return nil
 	}))
 	assert.False(t, inQueue)
@@ -358,33 +388,66 @@ func TestFIFO_ConcurrentProducersAndPoppers(t *testing.T) {
 	}
 }
 
-func TestKeyQueue_KeepsOrderAcrossGrowShrinkAndRetain(t *testing.T) {
-	var q keyQueue[int]
+func TestSeqQueue_KeepsOrderAndSequenceNumbersAcrossChunks(t *testing.T) {
+	var q seqQueue[int]
+	seqOf := map[int]uint64{} // value -> sequence number push returned
 	next, want := 0, []int{}
-	// Interleave pushes and pops so the ring wraps, grows and shrinks.
+	check := func() {
+		t.Helper()
+		var got []int
+		for seq := range q.seqs() {
+			got = append(got, *q.at(seq))
+		}
+		require.Equal(t, nilIfEmpty(want), got)
+		require.Equal(t, len(want), q.len())
+		for _, v := range want {
+			require.Equal(t, v, *q.at(seqOf[v]), "an entry keeps its sequence number")
+		}
+		// Only chunks holding queued entries are kept (plus a spare).
+		require.LessOrEqual(t, len(q.chunks), (len(want)+chunkLen-1)/chunkLen+1)
+	}
+	// Interleave pushes and pops so that chunks fill, empty and are
+	// reused.
 	for round := range 6 {
-		for range 100 * (round + 1) {
-			q.push(next)
+		for range 300 * (round + 1) {
+			seqOf[next] = q.push(next)
 			want = append(want, next)
 			next++
 		}
-		for range 90 * (round + 1) {
+		check()
+		for range 280 * (round + 1) {
 			require.Equal(t, want[0], q.pop())
 			want = want[1:]
 		}
+		check()
 	}
-	got := make([]int, q.len())
-	for i := range got {
-		got[i] = q.at(i)
-	}
-	require.Equal(t, want, got)
-
-	q.retain(func(k int) bool { return k%3 == 0 })
-	want = slices.DeleteFunc(want, func(k int) bool { return k%3 != 0 })
 	for len(want) > 0 {
 		require.Equal(t, want[0], q.pop())
 		want = want[1:]
 	}
-	assert.Zero(t, q.len())
-	assert.LessOrEqual(t, len(q.buf), keyQueueMinSize, "shrinks back when drained")
+	check()
+	assert.LessOrEqual(t, len(q.chunks), 1, "memory follows the length down")
+}
+
+func TestKeyedQueue_LetsALargeIndexGoWhenDrained(t *testing.T) {
+	var q keyedQueue[int, string]
+	for i := range keepIndexUpTo + 1 {
+		q.push(i, fmt.Sprint(i))
+	}
+	for q.len() > 1 {
+		q.pop()
+	}
+	require.NotNil(t, q.index, "kept while keys remain")
+	k, v := q.pop()
+	assert.Equal(t, keepIndexUpTo, k)
+	assert.Equal(t, fmt.Sprint(keepIndexUpTo), v)
+	assert.Nil(t, q.index, "Go maps never shrink: a drained queue drops a large one")
+	_, ok := q.find(3)
+	assert.False(t, ok)
+
+	q.push(1, "a")
+	q.pop()
+	assert.NotNil(t, q.index, "a small index is kept")
+	require.Zero(t, q.len())
+	assert.LessOrEqual(t, len(q.order.chunks), 1)
 }

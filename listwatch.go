@@ -198,8 +198,8 @@ func (e *ObjectError) Unwrap() error { return e.Err }
 func isUnsupported(err error) bool { return errors.Is(err, errors.ErrUnsupported) }
 
 // ReflectorStore is what a Reflector writes to: the queues (DeltaFIFO,
-// FIFO) and the Indexer implement it. A Reflector calls it from one
-// goroutine. An error from one call is reported and the Reflector goes on;
+// FIFO) and the Indexer implement it. A Reflector makes one call at a
+// time. An error from one call is reported and the Reflector goes on;
 // a store should skip only the object that failed, and its Replace should
 // apply every object it can.
 type ReflectorStore[T any] interface {

@@ -92,9 +92,9 @@ type ReflectorOptions struct {
 	// *ObjectError) and errors from the store (such as *KeyError). Each
 	// error says what the Reflector was doing and wraps the cause, so
 	// errors.Is and errors.As classify it. Calls are never concurrent, but
-	// they may come from different goroutines; the handler must return
-	// quickly and must not call the Reflector's Run. nil means logging
-	// each error at level Warn through Logger.
+	// they may come from different goroutines, so the handler must
+	// return quickly. nil means logging each error at level Warn through
+	// Logger.
 	ErrorHandler func(err error)
 
 	// Logger receives the Reflector's logs; nil means no logs.
@@ -128,16 +128,33 @@ type reflectorCounters struct {
 	lists, relists, watches, watchRestarts, events, errors atomic.Int64
 }
 
-// Reflector mirrors a ListWatcher into a ReflectorStore: it lists the
-// source and replaces the store's content with the list, then watches the
-// changes after the list's version and applies them in order. When the
-// watch ends it watches again from the last version it saw; when that
-// version is gone it lists again. Failures are reported and retried after
-// an exponential, jittered pause.
+// Reflector mirrors a ListWatcher into a ReflectorStore. It lists the
+// source and hands the list to the store's Replace, then watches the
+// changes after the list's version and applies them in order: EventAdded
+// as Add, EventModified as Update, EventDeleted as Delete; a bookmark only
+// moves the version on. What follows the end of a watch depends on why it
+// ended:
+//
+//   - normally (io.EOF): a watch from the last version seen, at once;
+//     but a watch that lasted under a second without any event is
+//     reported as a very short watch and followed by a pause;
+//   - the source is unavailable (ErrUnavailable): a pause, then a watch
+//     from the last version seen, without a relist;
+//   - the version is gone (ErrExpired, ErrTooLargeResourceVersion): a
+//     relist at once, or after a pause if the previous relist had the
+//     same cause and no event came in since;
+//   - any other error: a pause, then a relist.
+//
+// A list asks for version "0" (any, possibly stale) the first time, for
+// the last version seen afterwards, so that the store never goes back in
+// time, and for "" (the newest, read consistently) once the source said
+// that a version is gone. Pauses grow exponentially with jitter (see
+// ReflectorOptions). Every failure is reported to the ErrorHandler; an
+// object that the source or the store could not take is reported and
+// skipped, and the Reflector goes on.
 //
 // A Reflector is created by NewReflector. Its methods are safe for
-// concurrent use, but Run must not be called while another call of Run on
-// the same Reflector is running.
+// concurrent use.
 type Reflector[T any] struct {
 	lw      ListWatcher[T]
 	store   ReflectorStore[T]
@@ -147,7 +164,9 @@ type Reflector[T any] struct {
 	onError func(error)
 
 	// storeMu makes the calls to store one at a time: the periodic resync
-	// runs on its own goroutine while the watch applies events.
+	// runs on its own goroutine while the watch applies events. Without
+	// resync, only Run's goroutine calls the store and storeMu is left
+	// alone (see lockStore).
 	storeMu sync.Mutex
 
 	// reportMu makes the calls to onError one at a time.
@@ -161,7 +180,8 @@ type Reflector[T any] struct {
 	// for a version the source refused would loop.
 	versionGone bool
 
-	stats reflectorCounters
+	stats   reflectorCounters
+	running atomic.Bool
 
 	// The rest belongs to the goroutine running Run.
 	backoff backoff
@@ -252,8 +272,14 @@ func (r *Reflector[T]) Stats() ReflectorStats {
 // Run lists and watches until ctx is done, then returns once every
 // goroutine it started has stopped and it no longer uses the store. It
 // resets the counters of Stats when it starts. Run may be called again
-// after it returned; it then lists from the last version it saw.
+// after it returned; it then lists from the last version it saw. A call
+// made while Run is running reports an error and returns at once.
 func (r *Reflector[T]) Run(ctx context.Context) {
+	if !r.running.CompareAndSwap(false, true) {
+		r.report(r.errorf("Run called while already running"))
+		return
+	}
+	defer r.running.Store(false)
 	for _, c := range []*atomic.Int64{&r.stats.lists, &r.stats.relists, &r.stats.watches,
 		&r.stats.watchRestarts, &r.stats.events, &r.stats.errors} {
 		c.Store(0)
@@ -378,15 +404,7 @@ func (r *Reflector[T]) listPages(ctx context.Context, rv string, limit int64) (i
 // events up to the bookmark that closes them and replaces the store's
 // content with them. It returns the stream, still open, to be watched on.
 func (r *Reflector[T]) streamList(ctx context.Context, rv string) (Watcher[T], error) {
-	w, err := r.lw.Watch(ctx, WatchOptions{
-		ResourceVersion:   rv,
-		AllowBookmarks:    true,
-		SendInitialEvents: true,
-		Timeout:           r.watchTimeout(),
-	})
-	if err == nil && w == nil {
-		err = errNoWatcher
-	}
+	w, err := r.openWatch(ctx, rv, true)
 	if err != nil {
 		if isUnsupported(err) || ctx.Err() != nil {
 			return nil, err
@@ -441,9 +459,9 @@ func (r *Reflector[T]) streamFailed(rv string, err error) error {
 
 // replace hands a completed list at version rv to the store.
 func (r *Reflector[T]) replace(items []T, rv string) {
-	r.storeMu.Lock()
+	r.lockStore()
 	err := r.store.Replace(items, rv)
-	r.storeMu.Unlock()
+	r.unlockStore()
 	if err != nil {
 		// The store applied what it could (see ReflectorStore); refusing
 		// the list would only make the Reflector list again and again.
@@ -471,14 +489,7 @@ func (r *Reflector[T]) watch(ctx context.Context, w Watcher[T]) (relistNow bool)
 		if w == nil {
 			start = time.Now()
 			var err error
-			w, err = r.lw.Watch(ctx, WatchOptions{
-				ResourceVersion: rv,
-				AllowBookmarks:  true,
-				Timeout:         r.watchTimeout(),
-			})
-			if err == nil && w == nil {
-				err = errNoWatcher
-			}
+			w, err = r.openWatch(ctx, rv, false)
 			if err != nil {
 				if ctx.Err() != nil {
 					return false
@@ -561,7 +572,7 @@ func (r *Reflector[T]) apply(ev Event[T]) {
 	r.stats.events.Add(1)
 	r.eventsSinceList++
 	var err error
-	r.storeMu.Lock()
+	r.lockStore()
 	switch ev.Type {
 	case EventAdded:
 		err = r.store.Add(ev.Object)
@@ -575,7 +586,7 @@ func (r *Reflector[T]) apply(ev Event[T]) {
 	default:
 		err = fmt.Errorf("unknown event type %v", ev.Type)
 	}
-	r.storeMu.Unlock()
+	r.unlockStore()
 	if err != nil {
 		r.report(r.errorf("%v event at version %q: %w", ev.Type, ev.ResourceVersion, err))
 	}
@@ -610,9 +621,9 @@ func (r *Reflector[T]) startResync(ctx context.Context) (stop func()) {
 			if r.opts.ShouldResync != nil && !r.opts.ShouldResync() {
 				continue
 			}
-			r.storeMu.Lock()
+			r.lockStore()
 			err := r.store.Resync()
-			r.storeMu.Unlock()
+			r.unlockStore()
 			if err != nil {
 				r.report(r.errorf("resync: %w", err))
 			}
@@ -621,6 +632,22 @@ func (r *Reflector[T]) startResync(ctx context.Context) (stop func()) {
 	return func() {
 		cancel()
 		<-done
+	}
+}
+
+// lockStore and unlockStore bracket every call to the store. They lock
+// storeMu only if a resync goroutine may call the store too: every event
+// goes through here, and an uncontended lock still costs a good share of
+// what the Reflector spends on one.
+func (r *Reflector[T]) lockStore() {
+	if r.opts.ResyncPeriod > 0 {
+		r.storeMu.Lock()
+	}
+}
+
+func (r *Reflector[T]) unlockStore() {
+	if r.opts.ResyncPeriod > 0 {
+		r.storeMu.Unlock()
 	}
 }
 
@@ -639,9 +666,20 @@ func (r *Reflector[T]) pause(ctx context.Context) bool {
 	}
 }
 
-// watchTimeout returns a random timeout in [WatchTimeout, 2*WatchTimeout).
-func (r *Reflector[T]) watchTimeout() time.Duration {
-	return r.opts.WatchTimeout + rand.N(r.opts.WatchTimeout)
+// openWatch starts a watch from rv, with bookmarks and a random timeout in
+// [WatchTimeout, 2*WatchTimeout); initialEvents asks for a streaming list.
+func (r *Reflector[T]) openWatch(ctx context.Context, rv string, initialEvents bool) (Watcher[T], error) {
+	w, err := r.lw.Watch(ctx, WatchOptions{
+		ResourceVersion:   rv,
+		AllowBookmarks:    true,
+		SendInitialEvents: initialEvents,
+		Timeout:           r.opts.WatchTimeout + rand.N(r.opts.WatchTimeout),
+	})
+	if err == nil && w == nil {
+		// Carrying on would call a nil Watcher.
+		err = errNoWatcher
+	}
+	return w, err
 }
 
 // relistVersion is the version to List at: "0" (any) the first time, when

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -91,10 +92,10 @@ func (f *fakeLW) Watch(ctx context.Context, opts WatchOptions) (Watcher[tobj], e
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	case r := <-f.watches:
-		if r.err != nil {
-			return nil, r.err
+		if r.w == nil {
+			return nil, r.err // a reply without either is a broken source
 		}
-		return r.w, nil
+		return r.w, r.err
 	}
 }
 
@@ -357,6 +358,15 @@ func (g *reflectorRig) start(t *testing.T) {
 	}()
 }
 
+// runFor starts the Reflector, lets the fake clock advance by d, and
+// returns once every goroutine of the bubble is blocked again.
+func (g *reflectorRig) runFor(t *testing.T, d time.Duration) {
+	g.start(t)
+	synctest.Wait()
+	time.Sleep(d) // advance the fake clock
+	synctest.Wait()
+}
+
 // stopRun cancels Run's context and waits for Run to return.
 func (g *reflectorRig) stopRun() {
 	g.stop()
@@ -396,4 +406,30 @@ func watchTimes(calls []watchCall) []time.Time {
 		at[i] = c.At
 	}
 	return at
+}
+
+// eachWatchFailure runs body in a synctest bubble once for each way err can
+// end the first watch: from the Watch call, when the last version seen is
+// the list's "10", and from Next after one event, when it is "11". The
+// rig's source has the list and the failing watch queued; body queues what
+// follows and starts the rig.
+func eachWatchFailure(t *testing.T, opts ReflectorOptions, err error, body func(t *testing.T, g *reflectorRig, lastRV string)) {
+	cases := []struct {
+		name   string
+		script func(lw *fakeLW)
+		lastRV string
+	}{
+		{name: "from Watch", script: func(lw *fakeLW) { lw.watchErr(err) }, lastRV: "10"},
+		{name: "from Next", script: func(lw *fakeLW) { lw.watch(addedEvent("a", "1", "11"), end(err)) }, lastRV: "11"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				g := newRig(opts)
+				g.lw.page("10", "")
+				c.script(g.lw)
+				body(t, g, c.lastRV)
+			})
+		})
+	}
 }

@@ -79,10 +79,7 @@ func TestReflector_RelistsAtLastSeenVersion(t *testing.T) {
 		g.lw.page("10", "")
 		g.lw.watch(addedEvent("a", "1", "11"), bookmark("12"), end(errBoom))
 		g.lw.page("12", "", tobj{"a", "1"})
-		g.start(t)
-		synctest.Wait()
-		time.Sleep(time.Minute) // advance the fake clock past the pause
-		synctest.Wait()
+		g.runFor(t, time.Minute)
 
 		assert.Equal(t, []string{"0", "12"}, g.lw.ListVersions())
 		g.stopRun()
@@ -151,10 +148,7 @@ func TestReflector_GoneVersionOnListRelistsConsistentlyAtOnce(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				g := newRig(ReflectorOptions{PageSize: 2})
 				tt.script(g.lw)
-				g.start(t)
-				synctest.Wait()
-				time.Sleep(time.Minute) // advance the fake clock past any pause
-				synctest.Wait()
+				g.runFor(t, time.Minute)
 
 				calls := g.lw.Lists()
 				require.Equal(t, tt.wantLists, listOpts(calls))
@@ -175,10 +169,7 @@ func TestReflector_GoneVersionOnConsistentListBacksOff(t *testing.T) {
 		g := newRig(ReflectorOptions{Jitter: noJitter})
 		g.lw.listErr(errSrcExpired)
 		g.lw.listErr(errSrcExpired)
-		g.start(t)
-		synctest.Wait()
-		time.Sleep(time.Second) // advance the fake clock past the pause
-		synctest.Wait()
+		g.runFor(t, time.Second)
 
 		calls := g.lw.Lists()
 		require.Len(t, calls, 3, "consistent list refused: pause, then try again")
@@ -301,10 +292,7 @@ func TestReflector_WatchEndedNormallyRewatchesFromLastVersionAtOnce(t *testing.T
 		g.lw.watch(addedEvent("a", "1", "11"), end(io.EOF)) // short, but had an event
 		g.lw.watch(eofAfter(5 * time.Minute))          // long, no event
 		g.lw.watch()
-		g.start(t)
-		synctest.Wait()
-		time.Sleep(5 * time.Minute) // advance the fake clock
-		synctest.Wait()
+		g.runFor(t, 5*time.Minute)
 
 		calls := g.lw.Watches()
 		assert.Equal(t, []string{"10", "11", "11"}, g.lw.WatchVersions())
@@ -330,10 +318,7 @@ func TestReflector_VeryShortWatchIsReportedAndBacksOff(t *testing.T) {
 				g.lw.page("10", "")
 				g.lw.watch(eofAfter(tt.after))
 				g.lw.watch()
-				g.start(t)
-				synctest.Wait()
-				time.Sleep(2 * time.Second) // advance the fake clock
-				synctest.Wait()
+				g.runFor(t, 2*time.Second)
 
 				errs := g.errs.Errors()
 				require.Len(t, errs, 1)
@@ -349,35 +334,20 @@ func TestReflector_VeryShortWatchIsReportedAndBacksOff(t *testing.T) {
 }
 
 func TestReflector_ExpiredWatchRelistsAtLastVersionThenConsistent(t *testing.T) {
-	tests := []struct {
-		name   string
-		script func(lw *fakeLW)
-		lastRV string
-	}{
-		{name: "from Watch", script: func(lw *fakeLW) { lw.watchErr(errSrcExpired) }, lastRV: "10"},
-		{name: "from Next", script: func(lw *fakeLW) { lw.watch(addedEvent("a", "1", "11"), end(errSrcExpired)) }, lastRV: "11"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				g := newRig(ReflectorOptions{})
-				g.lw.page("10", "")
-				tt.script(g.lw)
-				g.lw.listErr(errSrcExpired) // the last version is gone for List too
-				g.lw.page("20", "")
-				g.start(t)
-				synctest.Wait()
+	eachWatchFailure(t, ReflectorOptions{}, errSrcExpired, func(t *testing.T, g *reflectorRig, lastRV string) {
+		g.lw.listErr(errSrcExpired) // the last version is gone for List too
+		g.lw.page("20", "")
+		g.start(t)
+		synctest.Wait()
 
-				assert.Equal(t, []string{"0", tt.lastRV, ""}, g.lw.ListVersions())
-				calls := g.lw.Lists()
-				assert.Equal(t, []time.Duration{0, 0}, gaps(listTimes(calls)), "relists at once")
-				assert.Equal(t, []string{"10", "20"}, g.lw.WatchVersions())
-				require.NotEmpty(t, g.errs.Errors())
-				assert.ErrorIs(t, g.errs.Errors()[0], ErrExpired, "the expiry is reported")
-				g.stopRun()
-			})
-		})
-	}
+		assert.Equal(t, []string{"0", lastRV, ""}, g.lw.ListVersions())
+		calls := g.lw.Lists()
+		assert.Equal(t, []time.Duration{0, 0}, gaps(listTimes(calls)), "relists at once")
+		assert.Equal(t, []string{"10", "20"}, g.lw.WatchVersions())
+		require.NotEmpty(t, g.errs.Errors())
+		assert.ErrorIs(t, g.errs.Errors()[0], ErrExpired, "the expiry is reported")
+		g.stopRun()
+	})
 }
 
 func TestReflector_SourceThatKeepsExpiringIsPacedByBackoff(t *testing.T) {
@@ -387,10 +357,7 @@ func TestReflector_SourceThatKeepsExpiringIsPacedByBackoff(t *testing.T) {
 			g.lw.page("10", "")
 			g.lw.watchErr(errSrcExpired)
 		}
-		g.start(t)
-		synctest.Wait()
-		time.Sleep(time.Minute) // advance the fake clock
-		synctest.Wait()
+		g.runFor(t, time.Minute)
 
 		calls := g.lw.Lists()
 		require.Len(t, calls, 5)
@@ -403,68 +370,47 @@ func TestReflector_SourceThatKeepsExpiringIsPacedByBackoff(t *testing.T) {
 }
 
 func TestReflector_UnavailableWatchPausesAndRewatchesWithoutRelist(t *testing.T) {
-	tests := []struct {
-		name   string
-		script func(lw *fakeLW)
-		lastRV string
-	}{
-		{name: "from Watch", script: func(lw *fakeLW) { lw.watchErr(errSrcUnavailable) }, lastRV: "10"},
-		{name: "from Next", script: func(lw *fakeLW) { lw.watch(addedEvent("a", "1", "11"), end(errSrcUnavailable)) }, lastRV: "11"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				g := newRig(ReflectorOptions{Jitter: noJitter})
-				g.lw.page("10", "")
-				tt.script(g.lw)
-				g.lw.watch()
-				g.start(t)
-				synctest.Wait()
-				time.Sleep(time.Second) // advance the fake clock
-				synctest.Wait()
+	eachWatchFailure(t, ReflectorOptions{Jitter: noJitter}, errSrcUnavailable, func(t *testing.T, g *reflectorRig, lastRV string) {
+		g.lw.watch()
+		g.runFor(t, time.Second)
 
-				assert.Equal(t, []string{"10", tt.lastRV}, g.lw.WatchVersions())
-				assert.Equal(t, []time.Duration{800 * time.Millisecond}, gaps(watchTimes(g.lw.Watches())))
-				assert.Len(t, g.lw.Lists(), 1, "no relist")
-				require.Len(t, g.errs.Errors(), 1)
-				assert.ErrorIs(t, g.errs.Errors()[0], ErrUnavailable)
-				assert.Equal(t, int64(1), g.r.Stats().WatchRestarts)
-				g.stopRun()
-			})
-		})
-	}
+		assert.Equal(t, []string{"10", lastRV}, g.lw.WatchVersions())
+		assert.Equal(t, []time.Duration{800 * time.Millisecond}, gaps(watchTimes(g.lw.Watches())))
+		assert.Len(t, g.lw.Lists(), 1, "no relist")
+		require.Len(t, g.errs.Errors(), 1)
+		assert.ErrorIs(t, g.errs.Errors()[0], ErrUnavailable)
+		assert.Equal(t, int64(1), g.r.Stats().WatchRestarts)
+		g.stopRun()
+	})
 }
 
 func TestReflector_OtherWatchErrorBacksOffAndRelists(t *testing.T) {
-	tests := []struct {
-		name   string
-		script func(lw *fakeLW)
-		lastRV string
-	}{
-		{name: "from Watch", script: func(lw *fakeLW) { lw.watchErr(errBoom) }, lastRV: "10"},
-		{name: "from Next", script: func(lw *fakeLW) { lw.watch(addedEvent("a", "1", "11"), end(errBoom)) }, lastRV: "11"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				g := newRig(ReflectorOptions{Jitter: noJitter})
-				g.lw.page("10", "")
-				tt.script(g.lw)
-				g.lw.page("12", "")
-				g.start(t)
-				synctest.Wait()
-				time.Sleep(time.Second) // advance the fake clock
-				synctest.Wait()
+	eachWatchFailure(t, ReflectorOptions{Jitter: noJitter}, errBoom, func(t *testing.T, g *reflectorRig, lastRV string) {
+		g.lw.page("12", "")
+		g.runFor(t, time.Second)
 
-				assert.Equal(t, []string{"0", tt.lastRV}, g.lw.ListVersions())
-				assert.Equal(t, []time.Duration{800 * time.Millisecond}, gaps(listTimes(g.lw.Lists())))
-				require.Len(t, g.errs.Errors(), 1)
-				assert.ErrorIs(t, g.errs.Errors()[0], errBoom)
-				assert.ErrorContains(t, g.errs.Errors()[0], "watch from version")
-				g.stopRun()
-			})
-		})
-	}
+		assert.Equal(t, []string{"0", lastRV}, g.lw.ListVersions())
+		assert.Equal(t, []time.Duration{800 * time.Millisecond}, gaps(listTimes(g.lw.Lists())))
+		require.Len(t, g.errs.Errors(), 1)
+		assert.ErrorIs(t, g.errs.Errors()[0], errBoom)
+		assert.ErrorContains(t, g.errs.Errors()[0], "watch from version")
+		g.stopRun()
+	})
+}
+
+func TestReflector_NilWatcherWithoutErrorIsAFailure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newRig(ReflectorOptions{Jitter: noJitter})
+		g.lw.page("10", "")
+		g.lw.watches <- watchReply{} // neither a Watcher nor an error
+		g.lw.page("10", "")
+		g.runFor(t, time.Second)
+
+		require.Len(t, g.errs.Errors(), 1)
+		assert.ErrorIs(t, g.errs.Errors()[0], errNoWatcher)
+		assert.Equal(t, []string{"0", "10"}, g.lw.ListVersions(), "backs off and relists")
+		g.stopRun()
+	})
 }
 
 // failLists makes the rig's source fail n lists in a row and returns the
@@ -473,10 +419,7 @@ func failLists(t *testing.T, g *reflectorRig, n int) []time.Duration {
 	for range n {
 		g.lw.listErr(errBoom)
 	}
-	g.start(t)
-	synctest.Wait()
-	time.Sleep(time.Hour) // advance the fake clock past every pause
-	synctest.Wait()
+	g.runFor(t, time.Hour)
 	calls := g.lw.Lists()
 	require.Len(t, calls, n+1)
 	return gaps(listTimes(calls))
@@ -556,10 +499,7 @@ func TestReflector_BackoffResetsAfterHealthyPeriod(t *testing.T) {
 				g.lw.page("10", "")
 				g.lw.watch(step{after: tt.healthy, err: errBoom})
 				g.lw.page("20", "")
-				g.start(t)
-				synctest.Wait()
-				time.Sleep(time.Hour) // advance the fake clock
-				synctest.Wait()
+				g.runFor(t, time.Hour)
 
 				calls := g.lw.Lists()
 				require.Len(t, calls, 5)
@@ -587,10 +527,7 @@ func TestReflector_ResyncsEveryPeriodWhileWatching(t *testing.T) {
 				g := newRig(ReflectorOptions{ResyncPeriod: 30 * time.Second, ShouldResync: tt.shouldResync})
 				g.lw.page("10", "")
 				g.lw.watch()
-				g.start(t)
-				synctest.Wait()
-				time.Sleep(95 * time.Second) // advance the fake clock
-				synctest.Wait()
+				g.runFor(t, 95*time.Second)
 
 				assert.Equal(t, tt.want, g.store.Count("resync"))
 				g.stopRun()
@@ -609,10 +546,7 @@ func TestReflector_ResyncStopsWithTheWatch(t *testing.T) {
 		g.lw.page("10", "")
 		g.lw.watch(step{after: 65 * time.Second, err: errBoom})
 		// The relist then hangs: no resync may happen meanwhile.
-		g.start(t)
-		synctest.Wait()
-		time.Sleep(10 * time.Minute) // advance the fake clock
-		synctest.Wait()
+		g.runFor(t, 10*time.Minute)
 
 		assert.Len(t, g.lw.Lists(), 2, "relisting")
 		assert.Equal(t, 2, g.store.Count("resync"), "resyncs at 30s and 60s only")
@@ -692,6 +626,19 @@ func TestReflector_RunReturnsPromptlyWhenContextEnds(t *testing.T) {
 	}
 }
 
+func TestReflector_RunWhileRunningReturnsAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newRig(ReflectorOptions{})
+		g.start(t)
+		synctest.Wait()
+		g.r.Run(t.Context()) // returns at once: the test would deadlock otherwise
+		require.Len(t, g.errs.Errors(), 1)
+		assert.ErrorContains(t, g.errs.Errors()[0], "already running")
+		assert.Len(t, g.lw.Lists(), 1)
+		g.stopRun()
+	})
+}
+
 func TestReflector_RunStopsTheWatcher(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newRig(ReflectorOptions{})
@@ -757,10 +704,7 @@ func TestReflector_StreamingListFallsBackToListWhenUnsupported(t *testing.T) {
 				g.lw.watch(addedEvent("a", "1", "11"), end(errBoom))
 				g.lw.page("11", "")
 				g.lw.watch()
-				g.start(t)
-				synctest.Wait()
-				time.Sleep(time.Second) // advance the fake clock
-				synctest.Wait()
+				g.runFor(t, time.Second)
 
 				assert.Equal(t, []string{"0", "11"}, g.lw.ListVersions(), "lists, and relists with List")
 				calls := g.lw.Watches()
@@ -784,10 +728,7 @@ func TestReflector_StreamingListCutBeforeEndIsRetried(t *testing.T) {
 		g := newRig(ReflectorOptions{StreamingList: true, Jitter: noJitter})
 		g.lw.watch(addedEvent("a", "1", "5"), end(io.EOF))
 		g.lw.watch(addedEvent("a", "1", "5"), initialEnd("6"))
-		g.start(t)
-		synctest.Wait()
-		time.Sleep(time.Second) // advance the fake clock
-		synctest.Wait()
+		g.runFor(t, time.Second)
 
 		calls := g.lw.Watches()
 		require.Len(t, calls, 2)
@@ -982,7 +923,8 @@ func (nopStore) Resync() error                { return nil }
 
 // BenchmarkReflector_ApplyWatchEvents measures the Reflector's own cost per
 // watch event: a stream of 1024 events applied to a store that does
-// nothing.
+// nothing, without and with a periodic resync (which serialises the store
+// calls with a lock).
 func BenchmarkReflector_ApplyWatchEvents(b *testing.B) {
 	const perStream = 1024
 	w := &benchWatcher{n: perStream}
@@ -991,16 +933,20 @@ func BenchmarkReflector_ApplyWatchEvents(b *testing.B) {
 			Type: EventModified, Object: tobj{fmt.Sprint("k", i), "v"}, ResourceVersion: fmt.Sprint(100 + i),
 		})
 	}
-	r := NewReflector[tobj](nil, nopStore{}, ReflectorOptions{})
-	ctx := b.Context()
-	b.ReportAllocs()
-	for b.Loop() {
-		w.i = 0
-		if n, err := r.consume(ctx, w); n != perStream || err != io.EOF {
-			b.Fatalf("consumed %d events, ended with %v", n, err)
-		}
+	for _, resync := range []time.Duration{0, time.Hour} {
+		b.Run(fmt.Sprintf("resync=%v", resync > 0), func(b *testing.B) {
+			r := NewReflector[tobj](nil, nopStore{}, ReflectorOptions{ResyncPeriod: resync})
+			ctx := b.Context()
+			b.ReportAllocs()
+			for b.Loop() {
+				w.i = 0
+				if n, err := r.consume(ctx, w); n != perStream || err != io.EOF {
+					b.Fatalf("consumed %d events, ended with %v", n, err)
+				}
+			}
+			events := float64(b.N) * perStream
+			b.ReportMetric(events/b.Elapsed().Seconds(), "events/s")
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/events, "ns/event")
+		})
 	}
-	events := float64(b.N) * perStream
-	b.ReportMetric(events/b.Elapsed().Seconds(), "events/s")
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/events, "ns/event")
 }

@@ -28,25 +28,25 @@ func BenchmarkRing_PushPopSteadyState(b *testing.B) {
 // benchKey is a composite key: comparable keys need no string building.
 type benchKey struct{ ns, name string }
 
-type benchObj struct {
+type storeBenchObj struct {
 	benchKey
 	_ [4]int64 // the rest of a small object: an etcd value, say
 }
 
-func benchKeyOf(o *benchObj) (benchKey, error) { return o.benchKey, nil }
+func benchKeyOf(o *storeBenchObj) (benchKey, error) { return o.benchKey, nil }
 
-func benchByNamespace(o *benchObj) ([]string, error) { return []string{o.ns}, nil }
+func benchByNamespace(o *storeBenchObj) ([]string, error) { return []string{o.ns}, nil }
 
-const benchKeys = 100_000
+const storeBenchKeys = 100_000
 
 // newBenchIndexer returns an Indexer with one namespace index holding
-// benchKeys objects spread over 100 namespaces, and the objects.
-func newBenchIndexer(b *testing.B) (*Indexer[benchKey, *benchObj], []*benchObj) {
+// storeBenchKeys objects spread over 100 namespaces, and the objects.
+func newBenchIndexer(b *testing.B) (*Indexer[benchKey, *storeBenchObj], []*storeBenchObj) {
 	b.Helper()
-	i := NewIndexer(benchKeyOf, Indexers[*benchObj]{"ns": benchByNamespace})
-	objs := make([]*benchObj, benchKeys)
+	i := NewIndexer(benchKeyOf, Indexers[*storeBenchObj]{"ns": benchByNamespace})
+	objs := make([]*storeBenchObj, storeBenchKeys)
 	for n := range objs {
-		objs[n] = &benchObj{benchKey: benchKey{ns: fmt.Sprint("ns-", n%100), name: fmt.Sprint("obj-", n)}}
+		objs[n] = &storeBenchObj{benchKey: benchKey{ns: fmt.Sprint("ns-", n%100), name: fmt.Sprint("obj-", n)}}
 	}
 	if err := i.Replace(objs, ""); err != nil {
 		b.Fatal(err)
@@ -57,17 +57,17 @@ func newBenchIndexer(b *testing.B) (*Indexer[benchKey, *benchObj], []*benchObj) 
 // benchIndexer runs op for successive keys of a full bench Indexer and
 // reports its rate in unit. op gets the key and the two versions of the
 // object stored under it: the stored one and one in another namespace.
-func benchIndexer(b *testing.B, unit string, op func(i *Indexer[benchKey, *benchObj], key benchKey, o, moved *benchObj) error) {
+func benchIndexer(b *testing.B, unit string, op func(i *Indexer[benchKey, *storeBenchObj], key benchKey, o, moved *storeBenchObj) error) {
 	i, objs := newBenchIndexer(b)
-	moved := make([]*benchObj, len(objs))
+	moved := make([]*storeBenchObj, len(objs))
 	for n, o := range objs {
 		// Into the next namespace, so that no value's set empties.
-		moved[n] = &benchObj{benchKey: benchKey{ns: objs[(n+1)%len(objs)].ns, name: o.name}}
+		moved[n] = &storeBenchObj{benchKey: benchKey{ns: objs[(n+1)%len(objs)].ns, name: o.name}}
 	}
 	b.ReportAllocs()
 	n := 0
 	for b.Loop() {
-		k := n % benchKeys
+		k := n % storeBenchKeys
 		if err := op(i, objs[k].benchKey, objs[k], moved[k]); err != nil {
 			b.Fatal(err)
 		}
@@ -78,13 +78,13 @@ func benchIndexer(b *testing.B, unit string, op func(i *Indexer[benchKey, *bench
 
 func BenchmarkIndexer_Set(b *testing.B) {
 	b.Run("same namespace", func(b *testing.B) {
-		benchIndexer(b, "sets/s", func(i *Indexer[benchKey, *benchObj], key benchKey, o, _ *benchObj) error {
+		benchIndexer(b, "sets/s", func(i *Indexer[benchKey, *storeBenchObj], key benchKey, o, _ *storeBenchObj) error {
 			_, _, err := i.Set(key, o)
 			return err
 		})
 	})
 	b.Run("namespace moves", func(b *testing.B) {
-		benchIndexer(b, "move+back/s", func(i *Indexer[benchKey, *benchObj], key benchKey, o, moved *benchObj) error {
+		benchIndexer(b, "move+back/s", func(i *Indexer[benchKey, *storeBenchObj], key benchKey, o, moved *storeBenchObj) error {
 			// Both Sets change the object's namespace.
 			if _, _, err := i.Set(key, moved); err != nil {
 				return err
@@ -94,7 +94,7 @@ func BenchmarkIndexer_Set(b *testing.B) {
 		})
 	})
 	b.Run("delete and add", func(b *testing.B) {
-		benchIndexer(b, "delete+set/s", func(i *Indexer[benchKey, *benchObj], key benchKey, o, _ *benchObj) error {
+		benchIndexer(b, "delete+set/s", func(i *Indexer[benchKey, *storeBenchObj], key benchKey, o, _ *storeBenchObj) error {
 			i.DeleteKey(key)
 			_, _, err := i.Set(key, o)
 			return err
@@ -103,7 +103,7 @@ func BenchmarkIndexer_Set(b *testing.B) {
 }
 
 func BenchmarkIndexer_GetByKey(b *testing.B) {
-	benchIndexer(b, "gets/s", func(i *Indexer[benchKey, *benchObj], key benchKey, _, _ *benchObj) error {
+	benchIndexer(b, "gets/s", func(i *Indexer[benchKey, *storeBenchObj], key benchKey, _, _ *storeBenchObj) error {
 		if _, ok := i.GetByKey(key); !ok {
 			return errors.New("missing")
 		}
@@ -115,7 +115,7 @@ func BenchmarkIndexer_GetByKey(b *testing.B) {
 // above: what Set pays to recompute the replaced object's values rather
 // than remember them (see the index type).
 func BenchmarkIndexer_IndexFunc(b *testing.B) {
-	o := &benchObj{benchKey: benchKey{ns: "ns-1", name: "obj-1"}}
+	o := &storeBenchObj{benchKey: benchKey{ns: "ns-1", name: "obj-1"}}
 	b.ReportAllocs()
 	var sink []string
 	for b.Loop() {
@@ -128,11 +128,11 @@ func BenchmarkIndexer_IndexFunc(b *testing.B) {
 // BenchmarkIndexer_Memory reports the heap an Indexer with one namespace
 // index holds per object, objects excluded.
 func BenchmarkIndexer_Memory(b *testing.B) {
-	objs := make([]*benchObj, benchKeys)
+	objs := make([]*storeBenchObj, storeBenchKeys)
 	for n := range objs {
-		objs[n] = &benchObj{benchKey: benchKey{ns: fmt.Sprint("ns-", n%100), name: fmt.Sprint("obj-", n)}}
+		objs[n] = &storeBenchObj{benchKey: benchKey{ns: fmt.Sprint("ns-", n%100), name: fmt.Sprint("obj-", n)}}
 	}
-	for _, indexers := range []Indexers[*benchObj]{nil, {"ns": benchByNamespace}} {
+	for _, indexers := range []Indexers[*storeBenchObj]{nil, {"ns": benchByNamespace}} {
 		b.Run(fmt.Sprint("indexes=", len(indexers)), func(b *testing.B) {
 			var perKey float64
 			for b.Loop() {
@@ -147,7 +147,7 @@ func BenchmarkIndexer_Memory(b *testing.B) {
 				}
 				runtime.GC()
 				runtime.ReadMemStats(&after)
-				perKey = float64(after.HeapAlloc-before.HeapAlloc) / benchKeys
+				perKey = float64(after.HeapAlloc-before.HeapAlloc) / storeBenchKeys
 				runtime.KeepAlive(i)
 			}
 			b.ReportMetric(perKey, "B/key")

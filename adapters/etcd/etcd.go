@@ -1,0 +1,180 @@
+// Package etcd adapts an etcd v3 key prefix to mirror.ListWatcher, so that a
+// mirror.Reflector or mirror.Informer can keep a local copy of the keys under
+// the prefix.
+//
+// The adapter reads through the caller's *clientv3.Client, so endpoints, TLS,
+// authentication and namespacing stay the caller's. It lists in pages pinned
+// to one revision, watches from the revision after the list, maps compaction
+// to mirror.ErrExpired (the Reflector then relists, and the queue turns the
+// keys deleted meanwhile into tombstones), and reports a value that fails to
+// decode without losing the rest of the prefix.
+package etcd
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/listwatch/mirror"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Object is one etcd key as the mirror holds it: the key, its decoded value
+// and etcd's metadata for it.
+type Object[T any] struct {
+	// Key is the full etcd key, prefix included.
+	Key string
+	// Value is the decoded value. It is the zero T on a deletion whose
+	// previous value etcd no longer has or could not be decoded.
+	Value T
+	// CreateRevision is the revision at which the key was last created.
+	CreateRevision int64
+	// ModRevision is the revision at which the key was last changed.
+	ModRevision int64
+	// Version counts the changes since the key was last created, from 1.
+	Version int64
+	// Lease is the ID of the lease attached to the key, or 0.
+	Lease int64
+}
+
+// KV is a key with its raw value, as New produces it.
+type KV = Object[[]byte]
+
+// Key returns o.Key. It never fails; its signature lets it serve as a
+// mirror.KeyFunc[string, Object[T]].
+func Key[T any](o Object[T]) (string, error) { return o.Key, nil }
+
+// DecodeFunc turns the value stored under key into a T. An error skips that
+// key and is reported; the rest of the prefix is mirrored.
+type DecodeFunc[T any] func(key string, value []byte) (T, error)
+
+// Options tunes a ListWatcher. The zero value is ready to use.
+type Options struct {
+	// RequestTimeout bounds each read of a list page and the start of each
+	// watch, so that a member that accepts a connection but never answers
+	// yields mirror.ErrUnavailable instead of a hang. Zero means 30
+	// seconds; a negative value means no bound other than the caller's
+	// context.
+	RequestTimeout time.Duration
+
+	// ProgressInterval is how long a watch may hear nothing from etcd
+	// before it asks for a progress notification. etcd answers only once
+	// the watch has caught up, so the request is repeated every interval;
+	// a watch that has heard nothing, not even an answer, for four
+	// intervals ends with mirror.ErrUnavailable: its member is gone or
+	// cut off, and the Reflector watches again, through another member if
+	// the client has one. Answers become bookmarks when the watch allows
+	// them. Zero means 5 seconds; a negative value turns the requests off
+	// (a watch on a lost member then waits until the client reconnects).
+	ProgressInterval time.Duration
+}
+
+const (
+	defaultRequestTimeout   = 30 * time.Second
+	defaultProgressInterval = 5 * time.Second
+)
+
+func (o Options) requestTimeout() time.Duration {
+	if o.RequestTimeout == 0 {
+		return defaultRequestTimeout
+	}
+	return o.RequestTimeout
+}
+
+func (o Options) progressInterval() time.Duration {
+	if o.ProgressInterval == 0 {
+		return defaultProgressInterval
+	}
+	return o.ProgressInterval
+}
+
+// ListWatcher lists and watches the keys under one prefix of an etcd
+// cluster. *ListWatcher[T] implements mirror.ListWatcher[Object[T]]. It is
+// safe for concurrent use; it holds no resources of its own, and every
+// Watcher it returns ends with its context or its Stop.
+type ListWatcher[T any] struct {
+	client *clientv3.Client
+	prefix string
+	// start and end bound the range [start, end) that holds the prefix.
+	start, end string
+	decode     DecodeFunc[T]
+	opts       Options
+	// stream names the gRPC watch stream this ListWatcher's watches and
+	// progress requests share (see Watch).
+	stream string
+}
+
+// New returns a ListWatcher of the raw values under prefix, read through c.
+// An empty prefix means every key. The values it returns are not shared with
+// anything else and may be kept.
+func New(c *clientv3.Client, prefix string, opts Options) *ListWatcher[[]byte] {
+	return NewTyped(c, prefix, rawValue, opts)
+}
+
+// NewTyped returns a ListWatcher of the keys under prefix, read through c,
+// whose values decode turns into Ts. An empty prefix means every key. decode
+// is called from the goroutines that call List and Watcher.Next, and must be
+// safe for that.
+func NewTyped[T any](c *clientv3.Client, prefix string, decode DecodeFunc[T], opts Options) *ListWatcher[T] {
+	lw := &ListWatcher[T]{
+		client: c,
+		prefix: prefix,
+		start:  prefix,
+		end:    clientv3.GetPrefixRangeEnd(prefix),
+		decode: decode,
+		opts:   opts,
+	}
+	if prefix == "" {
+		// etcd has no empty key; "\x00" to "\x00" is its name for the
+		// whole key space.
+		lw.start = "\x00"
+	}
+	lw.stream = fmt.Sprintf("%p", lw)
+	return lw
+}
+
+func rawValue(_ string, v []byte) ([]byte, error) { return v, nil }
+
+// Prefix returns the prefix lw mirrors.
+func (lw *ListWatcher[T]) Prefix() string { return lw.prefix }
+
+// object turns a key-value pair into an Object, decoding its value.
+func (lw *ListWatcher[T]) object(kv *mvccpb.KeyValue) (Object[T], error) {
+	o := Object[T]{
+		Key:            string(kv.Key),
+		CreateRevision: kv.CreateRevision,
+		ModRevision:    kv.ModRevision,
+		Version:        kv.Version,
+		Lease:          kv.Lease,
+	}
+	v, err := lw.decode(o.Key, kv.Value)
+	if err != nil {
+		return o, &mirror.ObjectError{Key: o.Key, ResourceVersion: formatRev(kv.ModRevision), Err: err}
+	}
+	o.Value = v
+	return o, nil
+}
+
+// requestContext bounds one request by Options.RequestTimeout.
+func (lw *ListWatcher[T]) requestContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d := lw.opts.requestTimeout(); d > 0 {
+		return context.WithTimeout(ctx, d)
+	}
+	return ctx, func() {}
+}
+
+func formatRev(rev int64) string { return strconv.FormatInt(rev, 10) }
+
+// parseRev reads a resource version this adapter produced: a positive etcd
+// revision in decimal.
+func parseRev(rv string) (int64, error) {
+	rev, err := strconv.ParseInt(rv, 10, 64)
+	if err != nil || rev <= 0 {
+		return 0, fmt.Errorf("invalid resource version %q: want a positive etcd revision", rv)
+	}
+	return rev, nil
+}
+
+var _ mirror.ListWatcher[KV] = (*ListWatcher[[]byte])(nil)

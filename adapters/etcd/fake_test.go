@@ -1,0 +1,104 @@
+package etcd
+
+import (
+	"context"
+	"sync"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// fakeClient returns a client whose reads and watches go to kv and w, so
+// that unit tests can script etcd's answers.
+func fakeClient(kv *fakeKV, w *fakeWatcher) *clientv3.Client {
+	return &clientv3.Client{KV: kv, Watcher: w}
+}
+
+// fakeKV answers Gets from a script and records each request.
+type fakeKV struct {
+	clientv3.KV // not faked: calling anything else panics
+
+	mu      sync.Mutex
+	answers []fakeGet
+	ops     []clientv3.Op
+}
+
+type fakeGet struct {
+	resp *clientv3.GetResponse
+	err  error
+}
+
+func (f *fakeKV) Get(_ context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ops = append(f.ops, clientv3.OpGet(key, opts...))
+	a := f.answers[0]
+	f.answers = f.answers[1:]
+	return a.resp, a.err
+}
+
+// fakeWatcher hands out watch channels that the test writes to, and counts
+// progress requests.
+type fakeWatcher struct {
+	clientv3.Watcher // not faked: calling anything else panics
+
+	mu       sync.Mutex
+	watches  []fakeWatch
+	progress int
+	// answer, if set, runs on every progress request with the newest
+	// watch's channel.
+	answer func(chan<- clientv3.WatchResponse)
+}
+
+type fakeWatch struct {
+	op clientv3.Op
+	ch chan clientv3.WatchResponse
+}
+
+func (f *fakeWatcher) Watch(_ context.Context, key string, opts ...clientv3.OpOption) clientv3.WatchChan {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	w := fakeWatch{op: clientv3.OpGet(key, opts...), ch: make(chan clientv3.WatchResponse, 16)}
+	f.watches = append(f.watches, w)
+	return w.ch
+}
+
+func (f *fakeWatcher) RequestProgress(context.Context) error {
+	f.mu.Lock()
+	f.progress++
+	answer, ch := f.answer, f.watches[len(f.watches)-1].ch
+	f.mu.Unlock()
+	if answer != nil {
+		answer(ch)
+	}
+	return nil
+}
+
+func (f *fakeWatcher) watch(i int) fakeWatch {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.watches[i]
+}
+
+func (f *fakeWatcher) progressRequests() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.progress
+}
+
+func header(rev int64) *pb.ResponseHeader { return &pb.ResponseHeader{Revision: rev} }
+
+func put(key, value string, create, mod, version int64) *clientv3.Event {
+	return &clientv3.Event{Type: mvccpb.PUT, Kv: &mvccpb.KeyValue{
+		Key: []byte(key), Value: []byte(value), CreateRevision: create, ModRevision: mod, Version: version,
+	}}
+}
+
+func kvs(keys ...string) []*mvccpb.KeyValue {
+	out := make([]*mvccpb.KeyValue, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, &mvccpb.KeyValue{Key: []byte(k), Value: []byte("v"), CreateRevision: 2, ModRevision: 2, Version: 1})
+	}
+	return out
+}

@@ -1,0 +1,324 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync/atomic"
+	"time"
+
+	"github.com/listwatch/mirror"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/metadata"
+)
+
+// streamKey is the gRPC metadata key that gives each ListWatcher a watch
+// stream of its own. The client multiplexes every watch whose context has
+// the same metadata onto one stream, and etcd answers a progress request
+// only when every watch on the stream has caught up; a stream of our own
+// keeps another watch's backlog from delaying our answers, and keeps our
+// progress notifications out of the caller's watches.
+const streamKey = "mirror-watch-stream"
+
+// silentTicks is how many progress intervals a watch may hear nothing,
+// requests for progress included, before it counts its member as lost.
+const silentTicks = 4
+
+var (
+	errStopped      = errors.New("watch stopped")
+	errWatchTimeout = errors.New("watch timeout reached")
+	errStartTimeout = errors.New("watch not started in time")
+)
+
+// Watch starts a watch of the keys under the prefix, from the revision
+// after opts.ResourceVersion ("" or "0": from now).
+//
+// Puts become EventAdded (a key's creation) or EventModified; deletions
+// become EventDeleted carrying the key's last value when etcd still has it,
+// and the key alone when it was compacted away or fails to decode. A put
+// whose value fails to decode becomes an EventError with an
+// *mirror.ObjectError, and the stream goes on. Every event's
+// ResourceVersion is its revision. With opts.AllowBookmarks, etcd's
+// progress notifications become EventBookmark events.
+//
+// The watch requires a leader: a member that loses its leader ends it with
+// an error wrapping mirror.ErrUnavailable rather than leaving it silent, and
+// so does a member that stops answering (see Options.ProgressInterval).
+// A start revision that has been compacted ends it with mirror.ErrExpired.
+// opts.Timeout, if positive, ends it with io.EOF. opts.SendInitialEvents is
+// not supported: Watch then returns an error wrapping errors.ErrUnsupported.
+//
+// Watch returns once etcd has accepted the watch, or with an error wrapping
+// mirror.ErrUnavailable after Options.RequestTimeout.
+func (lw *ListWatcher[T]) Watch(ctx context.Context, opts mirror.WatchOptions) (mirror.Watcher[Object[T]], error) {
+	if opts.SendInitialEvents {
+		return nil, fmt.Errorf("etcd: watch %q: streaming list: %w", lw.prefix, errors.ErrUnsupported)
+	}
+	var after int64
+	if rv := opts.ResourceVersion; rv != "" && rv != "0" {
+		var err error
+		if after, err = parseRev(rv); err != nil {
+			return nil, fmt.Errorf("etcd: watch %q: %w", lw.prefix, err)
+		}
+	}
+
+	// Progress requests must carry the same metadata as the watch, or the
+	// client sends them on another stream, where no watch hears them.
+	sctx := metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx), streamKey, lw.stream)
+	wctx, stop := context.WithCancelCause(sctx)
+	w := &watcher[T]{
+		lw:        lw,
+		ctx:       wctx,
+		stop:      stop,
+		from:      after + 1,
+		bookmarks: opts.AllowBookmarks,
+	}
+	if opts.Timeout > 0 {
+		var cancel context.CancelFunc
+		w.ctx, cancel = context.WithTimeoutCause(wctx, opts.Timeout, errWatchTimeout)
+		w.stop = func(cause error) { stop(cause); cancel() }
+	}
+	// The watch starts at after itself, not after+1, and Next drops the
+	// events at after: etcd counts a watch whose start is ahead of its
+	// store as not caught up and answers no progress request until then,
+	// so on an idle cluster a watch from after+1 would never hear one.
+	// (after is 0 for "from now", which is etcd's 0 too.)
+	if err := w.open(after); err != nil {
+		return nil, err
+	}
+	if d := lw.opts.progressInterval(); d > 0 {
+		w.interval = d
+		w.ticker = time.NewTimer(d)
+	}
+	return w, nil
+}
+
+// open starts the client's watch at rev (0: from now). etcd accepts a watch
+// before the client returns it; if that takes longer than the request
+// timeout, the whole watch ends and open reports the member unavailable.
+func (w *watcher[T]) open(rev int64) error {
+	var buf [4]clientv3.OpOption
+	ops := append(buf[:0], clientv3.WithRange(w.lw.end), clientv3.WithPrevKV())
+	if rev > 0 {
+		ops = append(ops, clientv3.WithRev(rev))
+	}
+	if w.bookmarks {
+		// etcd's own periodic notifications, as well as ours.
+		ops = append(ops, clientv3.WithProgressNotify())
+	}
+	var timer *time.Timer
+	if d := w.lw.opts.requestTimeout(); d > 0 {
+		timer = time.AfterFunc(d, func() { w.stop(errStartTimeout) })
+	}
+	w.ch = w.lw.client.Watch(w.ctx, w.lw.start, ops...)
+	if timer != nil && !timer.Stop() {
+		w.release()
+		return fmt.Errorf("etcd: watch %q from rev %d: %w: %w",
+			w.lw.prefix, w.from, mirror.ErrUnavailable, context.DeadlineExceeded)
+	}
+	return nil
+}
+
+// watcher is one watch: it hands out the events of the client's watch
+// responses one at a time.
+type watcher[T any] struct {
+	lw   *ListWatcher[T]
+	ch   clientv3.WatchChan
+	ctx  context.Context
+	stop context.CancelCauseFunc
+	// from is the first revision the caller asked for (1 for "from
+	// now"); events before it are dropped.
+	from      int64
+	bookmarks bool
+	// reopened is set once the watch has been opened again at from.
+	reopened bool
+
+	// stopped is set by Stop, which may run on any goroutine.
+	stopped atomic.Bool
+
+	// The fields below belong to the goroutine calling Next.
+
+	// events are the current response's events; next indexes the first
+	// not yet returned.
+	events []*clientv3.Event
+	next   int
+	// err, once set, is what every later Next returns.
+	err error
+	// rv is rev, formatted: the resource version of the last event.
+	rev int64
+	rv  string
+
+	// ticker fires every interval while the watch is open; nil when
+	// progress requests are off. heard counts responses since it last
+	// fired, silent counts consecutive firings with none.
+	ticker   *time.Timer
+	interval time.Duration
+	heard    int
+	silent   int
+}
+
+// Next returns the next event. It blocks until there is one, the watch ends
+// or ctx is done; see mirror.Watcher for the errors it returns.
+func (w *watcher[T]) Next(ctx context.Context) (mirror.Event[Object[T]], error) {
+	var zero mirror.Event[Object[T]]
+	if w.err != nil {
+		return zero, w.err
+	}
+	for {
+		if w.stopped.Load() {
+			return zero, w.fail(io.EOF)
+		}
+		for w.next < len(w.events) {
+			ev := w.events[w.next]
+			w.events[w.next] = nil // let the response's memory go as we go
+			w.next++
+			if ev.Kv.ModRevision >= w.from {
+				return w.event(ev), nil
+			}
+		}
+		w.events, w.next = nil, 0
+
+		var tick <-chan time.Time
+		if w.ticker != nil {
+			tick = w.ticker.C
+		}
+		select {
+		case resp, ok := <-w.ch:
+			if !ok {
+				return zero, w.fail(w.endError())
+			}
+			if err := resp.Err(); err != nil {
+				if c := resp.CompactRevision; c != 0 && c <= w.from && w.from > 1 && !w.reopened {
+					// etcd compacted away only the revision before
+					// from, where the watch started (see Watch);
+					// from itself is still there.
+					w.reopened = true
+					if err := w.open(w.from); err != nil {
+						return zero, w.fail(err)
+					}
+					continue
+				}
+				return zero, w.fail(wrapError(w.ctx, err, "etcd: watch %q from rev %d", w.lw.prefix, w.from))
+			}
+			w.heard++
+			if resp.IsProgressNotify() {
+				if w.bookmarks {
+					return mirror.Event[Object[T]]{
+						Type:            mirror.EventBookmark,
+						ResourceVersion: formatRev(resp.Header.Revision),
+					}, nil
+				}
+				continue
+			}
+			w.events = resp.Events
+		case <-w.ctx.Done():
+			return zero, w.fail(w.endError())
+		case <-ctx.Done():
+			return zero, w.fail(ctx.Err())
+		case <-tick:
+			if err := w.tick(); err != nil {
+				return zero, w.fail(err)
+			}
+		}
+	}
+}
+
+// tick runs every progress interval. A watch that heard something during
+// the interval is alive. One that heard nothing asks etcd for a progress
+// notification, which etcd sends once the watch has caught up; one that
+// still hears nothing after several asks has lost its member.
+func (w *watcher[T]) tick() error {
+	if w.heard > 0 {
+		w.heard, w.silent = 0, 0
+		w.ticker.Reset(w.interval)
+		return nil
+	}
+	w.silent++
+	if w.silent >= silentTicks {
+		return fmt.Errorf("etcd: watch %q from rev %d: %w: no answer from etcd for %v",
+			w.lw.prefix, w.from, mirror.ErrUnavailable, time.Duration(w.silent)*w.interval)
+	}
+	// Only a live watch may ask: a request finding its stream gone makes
+	// the client open a new one.
+	if w.ctx.Err() == nil {
+		// The request waits while the client reconnects the stream; an
+		// error is not fatal, as the silence count tells a stream that
+		// stays down.
+		rctx, cancel := context.WithTimeout(w.ctx, w.interval)
+		_ = w.lw.client.RequestProgress(rctx)
+		cancel()
+	}
+	w.ticker.Reset(w.interval)
+	return nil
+}
+
+// event converts one etcd event.
+func (w *watcher[T]) event(ev *clientv3.Event) mirror.Event[Object[T]] {
+	kv := ev.Kv
+	// The events of one transaction share a revision: format it once.
+	if kv.ModRevision != w.rev || w.rv == "" {
+		w.rev, w.rv = kv.ModRevision, formatRev(kv.ModRevision)
+	}
+	rv := w.rv
+	if ev.Type == clientv3.EventTypeDelete {
+		// A deletion's Kv holds only the key and the deletion's revision;
+		// the last value comes from PrevKv, which etcd omits once that
+		// revision is compacted.
+		o := Object[T]{Key: string(kv.Key)}
+		if prev := ev.PrevKv; prev != nil {
+			// A value that fails to decode still leaves a deletion of
+			// the key, with the zero Value: dropping it would keep a
+			// deleted key in the mirror for good.
+			o, _ = w.lw.object(prev)
+		}
+		return mirror.Event[Object[T]]{Type: mirror.EventDeleted, Object: o, ResourceVersion: rv}
+	}
+	o, err := w.lw.object(kv)
+	if err != nil {
+		return mirror.Event[Object[T]]{Type: mirror.EventError, ResourceVersion: rv, Err: err}
+	}
+	typ := mirror.EventModified
+	if ev.IsCreate() {
+		typ = mirror.EventAdded
+	}
+	return mirror.Event[Object[T]]{Type: typ, Object: o, ResourceVersion: rv}
+}
+
+// endError is the error for a watch whose channel closed or whose context
+// ended: io.EOF when it was stopped or timed out, the caller's context
+// error when that ended, and otherwise io.EOF for a stream the client closed
+// without saying why (the client itself was closed).
+func (w *watcher[T]) endError() error {
+	switch cause := context.Cause(w.ctx); {
+	case cause == nil, errors.Is(cause, errStopped), errors.Is(cause, errWatchTimeout):
+		return io.EOF
+	default:
+		return cause
+	}
+}
+
+// fail ends the watch and makes err what every later Next returns.
+func (w *watcher[T]) fail(err error) error {
+	w.err = err
+	w.release()
+	return err
+}
+
+// Stop ends the watch. It is safe to call from any goroutine, any number of
+// times; a Next in progress returns io.EOF soon after.
+func (w *watcher[T]) Stop() {
+	if w.stopped.CompareAndSwap(false, true) {
+		w.stop(errStopped)
+	}
+}
+
+// release cancels the watch, which ends the client's goroutines for it, and
+// stops the progress timer. It runs on the goroutine calling Next.
+func (w *watcher[T]) release() {
+	w.stop(errStopped)
+	if w.ticker != nil {
+		w.ticker.Stop()
+	}
+	w.events, w.next = nil, 0
+}

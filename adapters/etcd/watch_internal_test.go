@@ -1,0 +1,204 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"io"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/listwatch/mirror"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+func startFakeWatch(t *testing.T, fw *fakeWatcher, lwOpts Options, opts mirror.WatchOptions) mirror.Watcher[KV] {
+	t.Helper()
+	lw := New(fakeClient(nil, fw), "/p/", lwOpts)
+	w, err := lw.Watch(t.Context(), opts)
+	require.NoError(t, err)
+	t.Cleanup(w.Stop)
+	return w
+}
+
+func TestWatcher_SilentMemberEndsWithUnavailable(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fw := &fakeWatcher{}
+		w := startFakeWatch(t, fw, Options{ProgressInterval: time.Second}, mirror.WatchOptions{ResourceVersion: "5"})
+		_, err := w.Next(t.Context())
+		require.ErrorIs(t, err, mirror.ErrUnavailable)
+		assert.Equal(t, silentTicks-1, fw.progressRequests(), "asked again after each silent interval")
+		_, again := w.Next(t.Context())
+		assert.Equal(t, err, again)
+	})
+}
+
+func TestWatcher_ProgressAnswersKeepWatchAliveAndBecomeBookmarks(t *testing.T) {
+	answer := func(ch chan<- clientv3.WatchResponse) { ch <- clientv3.WatchResponse{Header: header(9)} }
+	synctest.Test(t, func(t *testing.T) {
+		fw := &fakeWatcher{answer: answer}
+		w := startFakeWatch(t, fw, Options{ProgressInterval: time.Second}, mirror.WatchOptions{ResourceVersion: "5", AllowBookmarks: true})
+		for range 2 * silentTicks {
+			ev, err := w.Next(t.Context())
+			require.NoError(t, err)
+			assert.Equal(t, mirror.Event[KV]{Type: mirror.EventBookmark, ResourceVersion: "9"}, ev)
+		}
+		assert.True(t, fw.watch(0).op.IsProgressNotify(), "etcd's own notifications asked for")
+	})
+	synctest.Test(t, func(t *testing.T) {
+		fw := &fakeWatcher{answer: answer}
+		w := startFakeWatch(t, fw, Options{ProgressInterval: time.Second}, mirror.WatchOptions{ResourceVersion: "5"})
+		done := make(chan error, 1)
+		go func() {
+			_, err := w.Next(t.Context())
+			done <- err
+		}()
+		time.Sleep(10 * silentTicks * time.Second)
+		synctest.Wait()
+		require.Empty(t, done, "answered progress keeps the watch open, and without bookmarks yields nothing")
+		w.Stop()
+		require.ErrorIs(t, <-done, io.EOF)
+	})
+}
+
+func TestWatcher_ProgressOffNeverAsks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fw := &fakeWatcher{}
+		w := startFakeWatch(t, fw, Options{ProgressInterval: -1}, mirror.WatchOptions{})
+		ctx, cancel := context.WithTimeout(t.Context(), time.Hour)
+		defer cancel()
+		_, err := w.Next(ctx)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Zero(t, fw.progressRequests())
+	})
+}
+
+func TestWatcher_StartsAtListRevisionAndDropsItsEvents(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fw := &fakeWatcher{}
+		w := startFakeWatch(t, fw, Options{}, mirror.WatchOptions{ResourceVersion: "5"})
+		wt := fw.watch(0)
+		assert.Equal(t, int64(5), wt.op.Rev())
+		assert.True(t, wt.op.IsPrevKV())
+		assert.False(t, wt.op.IsProgressNotify())
+		wt.ch <- clientv3.WatchResponse{Header: header(6), Events: []*clientv3.Event{
+			put("/p/a", "x", 5, 5, 1), put("/p/a", "y", 5, 6, 2),
+		}}
+		ev, err := w.Next(t.Context())
+		require.NoError(t, err)
+		assert.Equal(t, mirror.EventModified, ev.Type)
+		assert.Equal(t, "6", ev.ResourceVersion)
+	})
+}
+
+func TestWatcher_CompactionOfOnlyTheStartRevisionReopens(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fw := &fakeWatcher{}
+		w := startFakeWatch(t, fw, Options{}, mirror.WatchOptions{ResourceVersion: "5"})
+		fw.watch(0).ch <- clientv3.WatchResponse{Header: header(9), CompactRevision: 6, Canceled: true}
+
+		go func() { // the second watch exists once Next has reopened
+			synctest.Wait()
+			fw.watch(1).ch <- clientv3.WatchResponse{Header: header(7), Events: []*clientv3.Event{put("/p/b", "x", 7, 7, 1)}}
+		}()
+		ev, err := w.Next(t.Context())
+		require.NoError(t, err)
+		assert.Equal(t, mirror.EventAdded, ev.Type)
+		assert.Equal(t, int64(6), fw.watch(1).op.Rev())
+	})
+	synctest.Test(t, func(t *testing.T) {
+		fw := &fakeWatcher{}
+		w := startFakeWatch(t, fw, Options{}, mirror.WatchOptions{ResourceVersion: "5"})
+		fw.watch(0).ch <- clientv3.WatchResponse{Header: header(9), CompactRevision: 7, Canceled: true}
+		_, err := w.Next(t.Context())
+		require.ErrorIs(t, err, mirror.ErrExpired)
+		require.ErrorIs(t, err, rpctypes.ErrCompacted)
+	})
+}
+
+func TestWatcher_CanceledWatchIsClassified(t *testing.T) {
+	for _, tc := range []struct {
+		reason string
+		want   error
+	}{
+		{rpctypes.ErrNoLeader.Error(), mirror.ErrUnavailable},
+		{rpctypes.ErrFutureRev.Error(), mirror.ErrTooLargeResourceVersion},
+		{rpctypes.ErrPermissionDenied.Error(), rpctypes.ErrPermissionDenied},
+	} {
+		t.Run(tc.reason, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fw := &fakeWatcher{}
+				w := startFakeWatch(t, fw, Options{}, mirror.WatchOptions{})
+				fw.watch(0).ch <- clientv3.WatchResponse{Header: header(3), Canceled: true, CancelReason: tc.reason}
+				_, err := w.Next(t.Context())
+				require.ErrorIs(t, err, tc.want)
+				require.ErrorContains(t, err, tc.reason)
+			})
+		})
+	}
+}
+
+func TestWatcher_ClosedChannelIsEOF(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fw := &fakeWatcher{}
+		w := startFakeWatch(t, fw, Options{}, mirror.WatchOptions{})
+		close(fw.watch(0).ch)
+		_, err := w.Next(t.Context())
+		require.ErrorIs(t, err, io.EOF)
+	})
+}
+
+func TestWatcher_StopDropsPendingEvents(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fw := &fakeWatcher{}
+		w := startFakeWatch(t, fw, Options{}, mirror.WatchOptions{})
+		fw.watch(0).ch <- clientv3.WatchResponse{Header: header(3), Events: []*clientv3.Event{
+			put("/p/a", "x", 2, 2, 1), put("/p/b", "x", 3, 3, 1),
+		}}
+		_, err := w.Next(t.Context())
+		require.NoError(t, err)
+		w.Stop()
+		_, err = w.Next(t.Context())
+		require.ErrorIs(t, err, io.EOF)
+	})
+}
+
+func TestWatcher_TimeoutIsEOFAndCallerContextIsItsError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fw := &fakeWatcher{}
+		w := startFakeWatch(t, fw, Options{ProgressInterval: -1}, mirror.WatchOptions{Timeout: time.Minute})
+		_, err := w.Next(t.Context())
+		require.ErrorIs(t, err, io.EOF)
+	})
+	synctest.Test(t, func(t *testing.T) {
+		fw := &fakeWatcher{}
+		ctx, cancel := context.WithCancelCause(t.Context())
+		w, err := New(fakeClient(nil, fw), "/p/", Options{}).Watch(ctx, mirror.WatchOptions{})
+		require.NoError(t, err)
+		defer w.Stop()
+		boom := errors.New("boom")
+		cancel(boom)
+		_, err = w.Next(t.Context())
+		require.ErrorIs(t, err, boom)
+	})
+}
+
+func TestWatcher_EventsCarryTheirOwnRevision(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fw := &fakeWatcher{}
+		w := startFakeWatch(t, fw, Options{}, mirror.WatchOptions{})
+		fw.watch(0).ch <- clientv3.WatchResponse{Header: header(8), Events: []*clientv3.Event{
+			put("/p/a", "x", 7, 7, 1), put("/p/b", "x", 7, 7, 1), put("/p/a", "y", 7, 8, 2),
+		}}
+		var got []string
+		for range 3 {
+			ev, err := w.Next(t.Context())
+			require.NoError(t, err)
+			got = append(got, ev.ResourceVersion)
+		}
+		assert.Equal(t, []string{"7", "7", "8"}, got, "a transaction's events share its revision")
+	})
+}
