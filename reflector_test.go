@@ -290,7 +290,7 @@ func TestReflector_WatchEndedNormallyRewatchesFromLastVersionAtOnce(t *testing.T
 		g := newRig(ReflectorOptions{})
 		g.lw.page("10", "")
 		g.lw.watch(addedEvent("a", "1", "11"), end(io.EOF)) // short, but had an event
-		g.lw.watch(eofAfter(5 * time.Minute))          // long, no event
+		g.lw.watch(eofAfter(5 * time.Minute))               // long, no event
 		g.lw.watch()
 		g.runFor(t, 5*time.Minute)
 
