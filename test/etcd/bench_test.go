@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -57,8 +58,10 @@ func BenchmarkInitialSync(b *testing.B) {
 
 	b.Run("informer", func(b *testing.B) {
 		lw := etcdmirror.New(c, prefix, etcdmirror.Options{})
+		var cpu cpuMeter
 		b.ReportAllocs()
 		for b.Loop() {
+			cpu.start()
 			inf := mirror.NewInformer(lw, mirror.InformerOptions[string, etcdmirror.KV]{
 				KeyFunc:      etcdmirror.Key[[]byte],
 				Reflector:    mirror.ReflectorOptions{PageSize: syncPageSize},
@@ -73,6 +76,7 @@ func BenchmarkInitialSync(b *testing.B) {
 				b.Fatalf("Run returned before the informer synced: %v", err)
 			}
 
+			cpu.stop()
 			b.StopTimer()
 			if n := inf.Len(); n != syncKeys {
 				b.Fatalf("informer holds %d keys, want %d", n, syncKeys)
@@ -84,12 +88,16 @@ func BenchmarkInitialSync(b *testing.B) {
 			b.StartTimer()
 		}
 		reportRate(b, syncKeys*b.N, "keys/s")
+		cpu.report(b, syncKeys*b.N, "key")
 	})
 
 	b.Run("raw", func(b *testing.B) {
+		var cpu cpuMeter
 		b.ReportAllocs()
 		for b.Loop() {
+			cpu.start()
 			got, err := rawSync(b.Context(), c, prefix)
+			cpu.stop()
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -98,6 +106,7 @@ func BenchmarkInitialSync(b *testing.B) {
 			}
 		}
 		reportRate(b, syncKeys*b.N, "keys/s")
+		cpu.report(b, syncKeys*b.N, "key")
 	})
 }
 
@@ -287,8 +296,10 @@ func BenchmarkWatchApply(b *testing.B) {
 func runWatchApply(b *testing.B, c *clientv3.Client, prefix string, seq *int, cur *atomic.Pointer[applyRecorder]) {
 	var latencies []time.Duration
 	puts := 0
+	var cpu cpuMeter
 	b.ReportAllocs()
 	for b.Loop() {
+		cpu.start()
 		r := newApplyRecorder(*seq, watchPuts)
 		*seq += watchPuts
 		cur.Store(r)
@@ -300,6 +311,7 @@ func runWatchApply(b *testing.B, c *clientv3.Client, prefix string, seq *int, cu
 		case <-time.After(time.Minute):
 			b.Fatalf("the mirror did not apply %d puts in a minute", watchPuts)
 		}
+		cpu.stop()
 		puts += watchPuts
 		b.StopTimer()
 		for i := range watchPuts {
@@ -309,6 +321,7 @@ func runWatchApply(b *testing.B, c *clientv3.Client, prefix string, seq *int, cu
 	}
 	cur.Store(nil)
 	reportRate(b, puts, "puts/s")
+	cpu.report(b, puts, "put")
 	slices.Sort(latencies)
 	b.ReportMetric(percentile(latencies, 50).Seconds()*1e3, "p50-ms")
 	b.ReportMetric(percentile(latencies, 99).Seconds()*1e3, "p99-ms")
@@ -399,6 +412,31 @@ func percentile(sorted []time.Duration, p int) time.Duration {
 		return 0
 	}
 	return sorted[min(len(sorted)-1, len(sorted)*p/100)]
+}
+
+// cpuClock reads the CPU time this process has used, user and system,
+// server included. Against wall time, it tells the cost of a side from
+// the share of the machine it was given, which varies on a shared
+// machine.
+func cpuClock() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// cpuMeter sums the CPU time of a benchmark's timed parts.
+type cpuMeter struct {
+	total, since time.Duration
+}
+
+func (m *cpuMeter) start() { m.since = cpuClock() }
+func (m *cpuMeter) stop()  { m.total += cpuClock() - m.since }
+
+// report reports the CPU time per unit, in microseconds.
+func (m *cpuMeter) report(b *testing.B, n int, unit string) {
+	b.ReportMetric(float64(m.total.Microseconds())/float64(n), "cpu-us/"+unit)
 }
 
 // reportRate reports n units as a rate per second of the benchmark's
