@@ -22,10 +22,12 @@ import (
 // them with benchstat over one run:
 //
 //	go test -run XXX -bench . -count=6 ./test/etcd/ | tee new.txt
-//	sed -E 's#/(informer|raw)-#/side=\1-#' new.txt >sides.txt
-//	benchstat -col '/side@(raw informer)' sides.txt
+//	sed -E 's#/(informer|adapter|raw)-#/side=\1-#' new.txt >sides.txt
+//	benchstat -col '/side@(raw adapter informer)' sides.txt
 //
-// (benchstat compares columns only on key=value sub-names.)
+// (benchstat compares columns only on key=value sub-names.) -count runs
+// each side's repetitions back to back; on a machine whose load changes,
+// running the package -count=1 several times interleaves the sides.
 //
 // The etcd server runs in this process, so CPU time, allocations and
 // profiles include the server's own work; both sides of a pair make the
@@ -159,7 +161,9 @@ func kvObject(key, value []byte, create, mod, version, lease int64) etcdmirror.K
 // The adapter watches with etcd's previous values (so that a delete
 // carries the last state); the raw loop does not ask for them, which
 // spares the server a lookup per event. That is part of what the mirror
-// costs against the limit.
+// costs against the limit. A third side, adapter, applies the adapter's
+// watch events to a map by hand: it splits the informer's gap into what
+// the adapter (and etcd's previous values) cost and what the core costs.
 func BenchmarkWatchApply(b *testing.B) {
 	c := newClient(b, startEtcd(b).endpoint())
 	const prefix = "/bench/watch/"
