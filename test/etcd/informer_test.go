@@ -404,10 +404,8 @@ func TestInformer_RunReturnsAfterCancelAndLeavesNoGoroutine(t *testing.T) {
 // drops it from the cache (and tells the handlers it is gone). Learnt
 // through the watch, the same change must leave the cache in the same
 // state, not holding the key's previous value for good: otherwise what the
-// mirror holds depends on how it heard of the change.
-//
-// Known failure: the adapter turns the put into an EventError, which the
-// Reflector reports and skips, so the cache keeps the old value.
+// mirror holds depends on how it heard of the change. (It did, until the
+// adapter followed the put's EventError with a deletion of the key.)
 func TestInformer_ValueThatStopsDecodingLeavesTheCacheAsARelistWould(t *testing.T) {
 	t.Parallel()
 	m := startEtcd(t)
