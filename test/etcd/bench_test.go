@@ -161,7 +161,8 @@ func kvObject(key, value []byte, create, mod, version, lease int64) etcdmirror.K
 // The adapter watches with etcd's previous values (so that a delete
 // carries the last state); the raw loop does not ask for them, which
 // spares the server a lookup per event. That is part of what the mirror
-// costs against the limit. A third side, adapter, applies the adapter's
+// costs against the limit; adding clientv3.WithPrevKV() to the raw loop's
+// Watch shows how much. A third side, adapter, applies the adapter's
 // watch events to a map by hand: it splits the informer's gap into what
 // the adapter (and etcd's previous values) cost and what the core costs.
 func BenchmarkWatchApply(b *testing.B) {
