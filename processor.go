@@ -23,10 +23,13 @@ type Handler[T any] interface {
 	// resync (then oldObj and newObj are the same object).
 	OnUpdate(oldObj, newObj T)
 
-	// OnDelete is called when an object leaves the cache. obj is its last
-	// state. finalStateUnknown reports that the deletion was inferred by a
-	// relist, not observed, so obj may be older than the object's real
-	// final state.
+	// OnDelete is called when an object leaves the cache. For an observed
+	// deletion, obj is what the source's delete event carried: normally
+	// the object's last state (a source that no longer has it may send
+	// less; the etcd adapter then sends the key alone). finalStateUnknown
+	// reports that the deletion was inferred by a relist, not observed;
+	// obj is then the last state the cache held, which may be older than
+	// the object's real final state.
 	OnDelete(obj T, finalStateUnknown bool)
 }
 
