@@ -94,10 +94,19 @@ func countTo(reached func(n int), at ...int) handlerSpec {
 	}
 }
 
-const (
-	e2eKeys   = 10_000
-	e2eEvents = 1_000_000
-)
+const e2eKeys = 10_000
+
+// e2eEvents is 1M, or 100k with -short (CI's smoke run).
+func e2eEvents() int { return scaled(1_000_000) }
+
+// scaled returns n, or n/10 in short mode, which .ci/run uses to check
+// that every benchmark still runs without paying for a full iteration.
+func scaled(n int) int {
+	if testing.Short() {
+		return n / 10
+	}
+	return n
+}
 
 // BenchmarkInformer_EndToEnd1M measures the whole path of 1M changes to
 // 10k objects: put into a memsource.Source, watched, queued, applied to
@@ -113,7 +122,7 @@ func BenchmarkInformer_EndToEnd1M(b *testing.B) {
 	}
 	// The changes, made in advance with the versions the source will
 	// give them (client-go reads an event's version from its object).
-	events := make([]*Obj, e2eEvents)
+	events := make([]*Obj, e2eEvents())
 	for i := range events {
 		events[i] = &Obj{Namespace: namespace, Name: ns[i%e2eKeys], ResourceVersion: strconv.Itoa(e2eKeys + i + 1), Value: int64(i)}
 	}
@@ -125,7 +134,7 @@ func BenchmarkInformer_EndToEnd1M(b *testing.B) {
 					m0 := mallocs()
 					b.StopTimer()
 					for range b.N {
-						src := memsource.New(SourceKey, memsource.Options{HistoryLimit: e2eKeys + e2eEvents})
+						src := memsource.New(SourceKey, memsource.Options{HistoryLimit: e2eKeys + e2eEvents()})
 						for _, o := range initial {
 							src.Put(o)
 						}
@@ -140,7 +149,7 @@ func BenchmarkInformer_EndToEnd1M(b *testing.B) {
 								} else {
 									done.Done()
 								}
-							}, e2eKeys, e2eKeys+e2eEvents)
+							}, e2eKeys, e2eKeys+e2eEvents())
 						}
 						stop := im.start(src, hs)
 						synced.Wait()
@@ -152,7 +161,7 @@ func BenchmarkInformer_EndToEnd1M(b *testing.B) {
 						b.StopTimer()
 						stop()
 					}
-					reportPer(b, "event", e2eEvents, m0)
+					reportPer(b, "event", e2eEvents(), m0)
 				})
 			}
 		})

@@ -8,7 +8,8 @@ import (
 	"github.com/listwatch/mirror/memsource"
 )
 
-const heapObjects = 1_000_000
+// heapObjects is 1M, or 100k with -short.
+func heapObjects() int { return scaled(1_000_000) }
 
 // BenchmarkInformer_Heap1M builds an informer with one handler over a
 // Generator of 1M objects and waits until the handler has seen them all.
@@ -17,7 +18,7 @@ const heapObjects = 1_000_000
 // informer running, less the heap before it started. One op is the build
 // and initial sync; the metrics are per object.
 func BenchmarkInformer_Heap1M(b *testing.B) {
-	gen := &Generator{Namespace: namespace, Names: names(heapObjects)}
+	gen := &Generator{Namespace: namespace, Names: names(heapObjects())}
 	for _, im := range informerImpls {
 		b.Run("impl="+im.name, func(b *testing.B) {
 			b.ReportAllocs()
@@ -28,7 +29,7 @@ func BenchmarkInformer_Heap1M(b *testing.B) {
 				before := heapAlloc()
 				var synced sync.WaitGroup
 				synced.Add(1)
-				h := countTo(func(int) { synced.Done() }, heapObjects)
+				h := countTo(func(int) { synced.Done() }, heapObjects())
 				b.StartTimer()
 				stop := im.start(gen, []handlerSpec{h})
 				synced.Wait()
@@ -36,17 +37,19 @@ func BenchmarkInformer_Heap1M(b *testing.B) {
 				heap += heapAlloc() - before
 				stop()
 			}
-			reportPer(b, "object", heapObjects, m0)
+			reportPer(b, "object", heapObjects(), m0)
 			perOp := float64(heap) / float64(b.N)
 			b.ReportMetric(perOp/1e6, "heap-MB")
-			b.ReportMetric(perOp/heapObjects, "heap-B/object")
+			b.ReportMetric(perOp/float64(heapObjects()), "heap-B/object")
 		})
 	}
 }
 
+// stallEvents is 1M, or 100k with -short.
+func stallEvents() int { return scaled(1_000_000) }
+
 const (
-	stallKeys   = 1_000
-	stallEvents = 1_000_000
+	stallKeys = 1_000
 	// stallChunk is how many changes the producer puts before it waits for
 	// the live handler to catch up, so that the source's history (2
 	// chunks) never expires under the watch.
@@ -76,7 +79,7 @@ func BenchmarkInformer_StalledHandler1M(b *testing.B) {
 				}
 				progress := make(chan int, 1)
 				checkpoints := []int{stallKeys}
-				for n := stallChunk; n <= stallEvents; n += stallChunk {
+				for n := stallChunk; n <= stallEvents(); n += stallChunk {
 					checkpoints = append(checkpoints, stallKeys+n)
 				}
 				live := countTo(func(n int) { progress <- n }, checkpoints...)
@@ -91,7 +94,7 @@ func BenchmarkInformer_StalledHandler1M(b *testing.B) {
 				before := heapAlloc()
 				b.StartTimer()
 				rv := stallKeys
-				for i := range stallEvents {
+				for i := range stallEvents() {
 					rv++
 					// Made here, not in advance, so that what a buffer
 					// keeps shows as heap growth.
@@ -105,7 +108,7 @@ func BenchmarkInformer_StalledHandler1M(b *testing.B) {
 				close(release)
 				stop()
 			}
-			reportPer(b, "event", stallEvents, m0)
+			reportPer(b, "event", stallEvents(), m0)
 			b.ReportMetric(float64(growth)/float64(b.N)/1e6, "heap-MB")
 		})
 	}
