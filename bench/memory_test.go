@@ -1,12 +1,33 @@
 package bench
 
 import (
+	"flag"
+	"os"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"testing"
 
 	"github.com/listwatch/mirror/memsource"
 )
+
+var heapProfile = flag.String("heapprofile", "",
+	"write a heap profile of each Informer_Heap1M informer, synced, to `prefix`-<impl>.pprof")
+
+// writeHeapProfile writes the heap profile -heapprofile asks for, if any.
+func writeHeapProfile(b *testing.B, impl string) {
+	if *heapProfile == "" {
+		return
+	}
+	f, err := os.Create(*heapProfile + "-" + impl + ".pprof")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		b.Fatal(err)
+	}
+}
 
 // heapObjects is 1M, or 100k with -short.
 func heapObjects() int { return scaled(1_000_000) }
@@ -35,6 +56,7 @@ func BenchmarkInformer_Heap1M(b *testing.B) {
 				synced.Wait()
 				b.StopTimer()
 				heap += heapAlloc() - before
+				writeHeapProfile(b, im.name)
 				stop()
 			}
 			reportPer(b, "object", heapObjects(), m0)
