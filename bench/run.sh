@@ -56,6 +56,9 @@ run() {
   : >"$out/profiles.md"
   if [ "$PROFILE" = 1 ]; then
     echo "== profiles (one run each)"
+    # pprof names generic functions with their whole type arguments;
+    # short() drops them (innermost brackets first) so the lines fit.
+    short() { sed -n '/flat%/,$p' | sed -E ':a; s/\[[^][]*\]//; ta' | cut -c1-150; }
     local spec name
     for spec in 'Informer_EndToEnd1M/handlers=1$/impl=mirror' 'Informer_EndToEnd1M/handlers=16$/impl=mirror' \
       'Informer_EndToEnd1M/handlers=16$/impl=clientgo' 'DeltaFIFO_Churn100k/impl=mirror$'; do
@@ -65,11 +68,11 @@ run() {
       {
         echo "#### $spec: CPU, top 15 by flat share"
         echo '```'
-        go tool pprof -top -nodecount 15 "$tmp/$name.cpu" 2>/dev/null | sed -n '/flat%/,$p' | cut -c1-150
+        go tool pprof -top -nodecount 15 "$tmp/$name.cpu" 2>/dev/null | short
         echo '```'
         echo "#### $spec: allocated bytes, top 6"
         echo '```'
-        go tool pprof -sample_index alloc_space -top -nodecount 6 "$tmp/$name.mem" 2>/dev/null | sed -n '/flat%/,$p' | cut -c1-150
+        go tool pprof -sample_index alloc_space -top -nodecount 6 "$tmp/$name.mem" 2>/dev/null | short
         echo '```'
       } >>"$out/profiles.md"
     done
@@ -79,7 +82,7 @@ run() {
       {
         echo "#### Informer_Heap1M/impl=$impl: live heap of the synced informer, top 6"
         echo '```'
-        go tool pprof -sample_index inuse_space -top -nodecount 6 "$tmp/heap-$impl.pprof" 2>/dev/null | sed -n '/flat%/,$p' | cut -c1-150
+        go tool pprof -sample_index inuse_space -top -nodecount 6 "$tmp/heap-$impl.pprof" 2>/dev/null | short
         echo '```'
       } >>"$out/profiles.md"
     done
