@@ -59,14 +59,18 @@ run() {
     # pprof names generic functions with their whole type arguments;
     # short() drops them (innermost brackets first) so the lines fit.
     short() { sed -n '/flat%/,$p' | sed -E ':a; s/\[[^][]*\]//; ta' | cut -c1-150; }
-    local spec name
-    for spec in 'Informer_EndToEnd1M/handlers=1$/impl=mirror' 'Informer_EndToEnd1M/handlers=16$/impl=mirror' \
-      'Informer_EndToEnd1M/handlers=16$/impl=clientgo' 'DeltaFIFO_Churn100k/impl=mirror$'; do
+    local spec name n
+    # Each row with enough iterations for a few seconds of samples.
+    for spec in 'Informer_EndToEnd1M/handlers=1$/impl=mirror 1x' 'Informer_EndToEnd1M/handlers=16$/impl=mirror 1x' \
+      'Informer_EndToEnd1M/handlers=16$/impl=clientgo 1x' 'DeltaFIFO_Churn100k/impl=mirror$ 20x' \
+      'DeltaFIFO_Churn100k/impl=clientgo$ 10x'; do
+      n=${spec#* }
+      spec=${spec% *}
       name=$(echo "$spec" | tr -c 'A-Za-z0-9\n' '_')
-      go test -run '^$' -bench "$spec" -benchtime 1x -count 1 -timeout 10m \
+      go test -run '^$' -bench "$spec" -benchtime "$n" -count 1 -timeout 10m \
         -cpuprofile "$tmp/$name.cpu" -memprofile "$tmp/$name.mem" -o "$tmp/bench.test" ./bench/ >/dev/null
       {
-        echo "#### $spec: CPU, top 15 by flat share"
+        echo "#### $spec (-benchtime $n): CPU, top 15 by flat share"
         echo '```'
         go tool pprof -top -nodecount 15 "$tmp/$name.cpu" 2>/dev/null | short
         echo '```'
@@ -146,7 +150,7 @@ report() {
       echo
       echo "## Profiles of this run"
       echo
-      echo "One run of each (\`-benchtime 1x\`), read with \`go tool pprof -top\`."
+      echo "One run of each, read with \`go tool pprof -top\`; generic type arguments dropped."
       echo
       cat "$out/profiles.md"
     fi
