@@ -80,8 +80,9 @@ run() {
         echo '```'
       } >>"$out/profiles.md"
     done
+    # -heapprofile is the benchmark's own flag: it goes after -args.
     go test -run '^$' -bench 'Informer_Heap1M' -benchtime 1x -count 1 -timeout 10m \
-      -heapprofile "$tmp/heap" -o "$tmp/bench.test" ./bench/ >/dev/null
+      -o "$tmp/bench.test" ./bench/ -args -heapprofile "$tmp/heap" >/dev/null
     for impl in mirror clientgo; do
       {
         echo "#### Informer_Heap1M/impl=$impl: live heap of the synced informer, top 6"
