@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"strconv"
 	"testing"
+	"time"
 )
 
 // impl names one implementation of a workload; run runs it as a
@@ -65,4 +66,21 @@ func heapAlloc() uint64 {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return ms.HeapAlloc
+}
+
+// cpuClock measures the process's CPU time over the timed part of a
+// benchmark: start and stop where the benchmark starts and stops its
+// timer. On a shared machine, CPU time per unit is disturbed less by
+// other jobs than wall time is.
+type cpuClock struct {
+	total, from time.Duration
+}
+
+func (c *cpuClock) start() { c.from = processCPU() }
+func (c *cpuClock) stop()  { c.total += processCPU() - c.from }
+
+// report reports the CPU time per unit as "cpu-ns/"+unit, for b.N ops of
+// perOp units each.
+func (c *cpuClock) report(b *testing.B, unit string, perOp int) {
+	b.ReportMetric(float64(c.total.Nanoseconds())/(float64(b.N)*float64(perOp)), "cpu-ns/"+unit)
 }

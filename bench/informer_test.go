@@ -132,6 +132,7 @@ func BenchmarkInformer_EndToEnd1M(b *testing.B) {
 				b.Run("impl="+im.name, func(b *testing.B) {
 					b.ReportAllocs()
 					m0 := mallocs()
+					var cpu cpuClock
 					b.StopTimer()
 					for range b.N {
 						src := memsource.New(SourceKey, memsource.Options{HistoryLimit: e2eKeys + e2eEvents()})
@@ -154,13 +155,16 @@ func BenchmarkInformer_EndToEnd1M(b *testing.B) {
 						stop := im.start(src, hs)
 						synced.Wait()
 						b.StartTimer()
+						cpu.start()
 						for _, o := range events {
 							src.Put(o)
 						}
 						done.Wait()
 						b.StopTimer()
+						cpu.stop()
 						stop()
 					}
+					cpu.report(b, "event", e2eEvents())
 					reportPer(b, "event", e2eEvents(), m0)
 				})
 			}

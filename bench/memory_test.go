@@ -44,6 +44,7 @@ func BenchmarkInformer_Heap1M(b *testing.B) {
 		b.Run("impl="+im.name, func(b *testing.B) {
 			b.ReportAllocs()
 			m0 := mallocs()
+			var cpu cpuClock
 			var heap uint64
 			b.StopTimer()
 			for range b.N {
@@ -52,13 +53,16 @@ func BenchmarkInformer_Heap1M(b *testing.B) {
 				synced.Add(1)
 				h := countTo(func(int) { synced.Done() }, heapObjects())
 				b.StartTimer()
+				cpu.start()
 				stop := im.start(gen, []handlerSpec{h})
 				synced.Wait()
 				b.StopTimer()
+				cpu.stop()
 				heap += heapAlloc() - before
 				writeHeapProfile(b, im.name)
 				stop()
 			}
+			cpu.report(b, "object", heapObjects())
 			reportPer(b, "object", heapObjects(), m0)
 			perOp := float64(heap) / float64(b.N)
 			b.ReportMetric(perOp/1e6, "heap-MB")
@@ -92,6 +96,7 @@ func BenchmarkInformer_StalledHandler1M(b *testing.B) {
 		b.Run("impl="+im.name, func(b *testing.B) {
 			b.ReportAllocs()
 			m0 := mallocs()
+			var cpu cpuClock
 			var growth uint64
 			b.StopTimer()
 			for range b.N {
@@ -115,6 +120,7 @@ func BenchmarkInformer_StalledHandler1M(b *testing.B) {
 				<-progress // synced
 				before := heapAlloc()
 				b.StartTimer()
+				cpu.start()
 				rv := stallKeys
 				for i := range stallEvents() {
 					rv++
@@ -126,10 +132,12 @@ func BenchmarkInformer_StalledHandler1M(b *testing.B) {
 					}
 				}
 				b.StopTimer()
+				cpu.stop()
 				growth += heapAlloc() - before
 				close(release)
 				stop()
 			}
+			cpu.report(b, "event", stallEvents())
 			reportPer(b, "event", stallEvents(), m0)
 			b.ReportMetric(float64(growth)/float64(b.N)/1e6, "heap-MB")
 		})

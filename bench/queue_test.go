@@ -32,6 +32,8 @@ func BenchmarkDeltaFIFO_Churn100k(b *testing.B) {
 		process := func(Key, mirror.Deltas[*Obj], bool) error { return nil }
 		b.ReportAllocs()
 		m0 := mallocs()
+		var cpu cpuClock
+		cpu.start()
 		for b.Loop() {
 			for _, o := range added {
 				if err := f.Add(o); err != nil {
@@ -49,6 +51,8 @@ func BenchmarkDeltaFIFO_Churn100k(b *testing.B) {
 				}
 			}
 		}
+		cpu.stop()
+		cpu.report(b, "event", events)
 		reportPer(b, "event", events, m0)
 	}
 
@@ -60,6 +64,8 @@ func BenchmarkDeltaFIFO_Churn100k(b *testing.B) {
 			process := func(any, bool) error { return nil }
 			b.ReportAllocs()
 			m0 := mallocs()
+			var cpu cpuClock
+			cpu.start()
 			for b.Loop() {
 				for _, o := range added {
 					if err := q.Add(o); err != nil {
@@ -77,6 +83,8 @@ func BenchmarkDeltaFIFO_Churn100k(b *testing.B) {
 					}
 				}
 			}
+			cpu.stop()
+			cpu.report(b, "event", events)
 			reportPer(b, "event", events, m0)
 		}
 	}
@@ -125,6 +133,8 @@ func BenchmarkDeltaFIFO_ReplaceDrain100k(b *testing.B) {
 		process := func(Key, mirror.Deltas[*Obj], bool) error { return nil }
 		b.ReportAllocs()
 		m0 := mallocs()
+		var cpu cpuClock
+		cpu.start()
 		for b.Loop() {
 			if err := f.Replace(listed, "2"); err != nil {
 				b.Fatal(err)
@@ -135,6 +145,8 @@ func BenchmarkDeltaFIFO_ReplaceDrain100k(b *testing.B) {
 				}
 			}
 		}
+		cpu.stop()
+		cpu.report(b, "object", queueKeys)
 		reportPer(b, "object", queueKeys, m0)
 	}
 
@@ -156,6 +168,8 @@ func BenchmarkDeltaFIFO_ReplaceDrain100k(b *testing.B) {
 			process := func(any, bool) error { return nil }
 			b.ReportAllocs()
 			m0 := mallocs()
+			var cpu cpuClock
+			cpu.start()
 			for b.Loop() {
 				if err := q.Replace(list, "2"); err != nil {
 					b.Fatal(err)
@@ -166,6 +180,8 @@ func BenchmarkDeltaFIFO_ReplaceDrain100k(b *testing.B) {
 					}
 				}
 			}
+			cpu.stop()
+			cpu.report(b, "object", queueKeys)
 			reportPer(b, "object", queueKeys, m0)
 		}
 	}

@@ -339,6 +339,8 @@ func format(v float64, unit string) string {
 		return fmt.Sprintf("%.0fk", v/1e3)
 	case strings.HasPrefix(unit, "allocs/"):
 		return fmt.Sprintf("%.3f", v)
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
 	}
 	return strconv.FormatFloat(v, 'g', 3, 64)
 }
