@@ -70,3 +70,58 @@ func Example() {
 	// delete api
 	// in us: [{db us 5432}]
 }
+
+// ExampleReflector mirrors a source by hand: the Reflector lists,
+// replaces the queue's content with the list, then applies every watched
+// change, and the consumer pops the deltas into its cache. The cache is the
+// queue's KnownObjects, so the queue can tell which deletions are news. An
+// Informer does all of this for you.
+func ExampleReflector() {
+	src := memsource.New(func(s service) string { return s.Name }, memsource.Options{})
+	src.Put(service{Name: "api", Zone: "eu", Port: 443})
+	src.Put(service{Name: "db", Zone: "eu", Port: 5432})
+
+	keyFunc := func(s service) (string, error) { return s.Name, nil }
+	cache := mirror.NewIndexer(keyFunc, nil)
+	queue := mirror.NewDeltaFIFO(mirror.DeltaFIFOOptions[string, service]{
+		KeyFunc:      keyFunc,
+		KnownObjects: cache,
+	})
+	r := mirror.NewReflector(src, queue, mirror.ReflectorOptions{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		r.Run(ctx)
+		close(done)
+	}()
+
+	apply := func(key string, deltas mirror.Deltas[service], isInInitialList bool) error {
+		for _, d := range deltas {
+			fmt.Printf("%s %v (initial list: %v)\n", key, d.Type, isInInitialList)
+			if d.Type == mirror.Deleted {
+				cache.DeleteKey(key)
+			} else {
+				cache.Set(key, d.Object)
+			}
+		}
+		return nil
+	}
+	for range 2 {
+		if err := queue.Pop(ctx, apply); err != nil {
+			panic(err)
+		}
+	}
+	src.Delete("api")
+	if err := queue.Pop(ctx, apply); err != nil {
+		panic(err)
+	}
+	cancel()
+	<-done // Run has returned: the version below is final
+	fmt.Println("cached:", cache.ListKeys(), "at version", r.LastSyncResourceVersion())
+
+	// Output:
+	// api Sync (initial list: true)
+	// db Sync (initial list: true)
+	// api Deleted (initial list: false)
+	// cached: [db] at version 3
+}

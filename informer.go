@@ -364,6 +364,17 @@ func (inf *Informer[K, T]) applyEntries(batch []inOrderEntry[K, T]) {
 // applyReplace applies a relist as one step: deletes for every cached key
 // it does not list, then adds and updates.
 func (inf *Informer[K, T]) applyReplace(list []keyed[K, T], initial bool) {
+	if inf.cache.Len() > 0 {
+		inf.deleteUnlisted(list)
+	}
+	for _, it := range list {
+		inf.applyDelta(it.key, Delta[T]{Type: Replaced, Object: it.obj}, initial)
+	}
+}
+
+// deleteUnlisted deletes every cached key that list lacks and tells the
+// handlers that its final state is unknown.
+func (inf *Informer[K, T]) deleteUnlisted(list []keyed[K, T]) {
 	listed := make(map[K]struct{}, len(list))
 	for _, it := range list {
 		listed[it.key] = struct{}{}
@@ -378,9 +389,6 @@ func (inf *Informer[K, T]) applyReplace(list []keyed[K, T], initial bool) {
 		if old, ok := inf.cache.DeleteKey(k); ok {
 			inf.proc.distribute(notification[K, T]{kind: notifyDelete, key: k, obj: old, unknown: true}, false)
 		}
-	}
-	for _, it := range list {
-		inf.applyDelta(it.key, Delta[T]{Type: Replaced, Object: it.obj}, initial)
 	}
 }
 

@@ -43,6 +43,15 @@ var queueKinds = []struct {
 	{"DeltaFIFO", mirror.DeltaFIFOQueue},
 }
 
+// forEachQueue runs test once per queue kind, each in a synctest bubble.
+func forEachQueue(t *testing.T, test func(t *testing.T, kind mirror.QueueKind)) {
+	for _, q := range queueKinds {
+		t.Run(q.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { test(t, q.kind) })
+		})
+	}
+}
+
 // event is one handler call, as a recorder saw it.
 type event struct {
 	Op      string // add, update, delete
@@ -205,277 +214,241 @@ func (f *fixture) sourceState() map[string]int {
 }
 
 func TestInformer_AddsUpdatesDeletesReachCacheAndHandler(t *testing.T) {
-	for _, q := range queueKinds {
-		t.Run(q.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				f := newFixture(t, q.kind, nil)
-				f.src.Put(item{Name: "a", Group: "x", Val: 1})
-				rec := &recorder{}
-				reg, err := f.inf.AddEventHandler(rec, mirror.HandlerOptions{})
-				require.NoError(t, err)
-				f.start()
-				f.synced()
-				require.True(t, reg.HasSynced())
-				assert.Equal(t, []string{"add a=1 initial=true"}, rendered(rec.take()))
+	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
+		f := newFixture(t, kind, nil)
+		f.src.Put(item{Name: "a", Group: "x", Val: 1})
+		rec := &recorder{}
+		reg, err := f.inf.AddEventHandler(rec, mirror.HandlerOptions{})
+		require.NoError(t, err)
+		f.start()
+		f.synced()
+		require.True(t, reg.HasSynced())
+		assert.Equal(t, []string{"add a=1 initial=true"}, rendered(rec.take()))
 
-				f.src.Put(item{Name: "b", Group: "y", Val: 1})
-				f.src.Put(item{Name: "a", Group: "x", Val: 2})
-				f.src.Delete("b")
-				synctest.Wait()
-				// Order across keys is the in-order queue's promise, tested
-				// on its own; DeltaFIFO groups by key.
-				assert.Equal(t, []string{"add b=1 initial=false", "delete b=1 unknown=false", "update a 1->2"}, sorted(rec.take()))
-				assert.Equal(t, map[string]int{"a": 2}, f.cacheState())
-				got, ok := f.inf.GetByKey("a")
-				require.True(t, ok)
-				assert.Equal(t, 2, got.Val)
-				f.stop()
-			})
-		})
-	}
+		f.src.Put(item{Name: "b", Group: "y", Val: 1})
+		f.src.Put(item{Name: "a", Group: "x", Val: 2})
+		f.src.Delete("b")
+		synctest.Wait()
+		// Order across keys is the in-order queue's promise, tested
+		// on its own; DeltaFIFO groups by key.
+		assert.Equal(t, []string{"add b=1 initial=false", "delete b=1 unknown=false", "update a 1->2"}, sorted(rec.take()))
+		assert.Equal(t, map[string]int{"a": 2}, f.cacheState())
+		got, ok := f.inf.GetByKey("a")
+		require.True(t, ok)
+		assert.Equal(t, 2, got.Val)
+		f.stop()
+	})
 }
 
 func TestInformer_RelistDeliversTombstonesForMissedDeletes(t *testing.T) {
-	for _, q := range queueKinds {
-		t.Run(q.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				f := newFixture(t, q.kind, func(o *mirror.InformerOptions[string, item]) {
-					// With versions, a relisted object that did not change
-					// (a) is a resync, not an update.
-					o.ResourceVersion = func(it item) string { return strconv.Itoa(it.Val) }
-				})
-				for _, n := range []string{"a", "b", "c"} {
-					f.src.Put(item{Name: n, Val: 1})
-				}
-				rec := &recorder{}
-				_, err := f.inf.AddEventHandler(rec, mirror.HandlerOptions{})
-				require.NoError(t, err)
-				f.start()
-				f.synced()
-				rec.take()
-
-				// While the watch is down, b is deleted and c changed, and
-				// the history that would tell is compacted away: only a
-				// relist can find out.
-				f.src.FailNext(1, fmt.Errorf("test: down: %w", mirror.ErrUnavailable))
-				f.src.CutWatches()
-				f.src.Delete("b")
-				rev := f.src.Put(item{Name: "c", Val: 2})
-				f.src.Compact(rev)
-				time.Sleep(time.Minute) // fake time: past any backoff
-				synctest.Wait()
-
-				assert.Equal(t, []string{"delete b=1 unknown=true", "update c 1->2"}, sorted(rec.take()))
-				assert.Equal(t, f.sourceState(), f.cacheState())
-				assert.GreaterOrEqual(t, f.inf.ReflectorStats().Relists, int64(1))
-				f.stop()
-			})
+	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
+		f := newFixture(t, kind, func(o *mirror.InformerOptions[string, item]) {
+			// With versions, a relisted object that did not change
+			// (a) is a resync, not an update.
+			o.ResourceVersion = func(it item) string { return strconv.Itoa(it.Val) }
 		})
-	}
+		for _, n := range []string{"a", "b", "c"} {
+			f.src.Put(item{Name: n, Val: 1})
+		}
+		rec := &recorder{}
+		_, err := f.inf.AddEventHandler(rec, mirror.HandlerOptions{})
+		require.NoError(t, err)
+		f.start()
+		f.synced()
+		rec.take()
+
+		// While the watch is down, b is deleted and c changed, and
+		// the history that would tell is compacted away: only a
+		// relist can find out.
+		f.src.FailNext(1, fmt.Errorf("test: down: %w", mirror.ErrUnavailable))
+		f.src.CutWatches()
+		f.src.Delete("b")
+		rev := f.src.Put(item{Name: "c", Val: 2})
+		f.src.Compact(rev)
+		time.Sleep(time.Minute) // fake time: past any backoff
+		synctest.Wait()
+
+		assert.Equal(t, []string{"delete b=1 unknown=true", "update c 1->2"}, sorted(rec.take()))
+		assert.Equal(t, f.sourceState(), f.cacheState())
+		assert.GreaterOrEqual(t, f.inf.ReflectorStats().Relists, int64(1))
+		f.stop()
+	})
 }
 
 func TestInformer_ResyncGoesOnlyToDueHandlers(t *testing.T) {
-	for _, q := range queueKinds {
-		t.Run(q.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				f := newFixture(t, q.kind, nil)
-				f.src.Put(item{Name: "a", Val: 1})
-				fast, slow, never := &recorder{}, &recorder{}, &recorder{}
-				for h, period := range map[*recorder]time.Duration{fast: 10 * time.Second, slow: 30 * time.Second, never: -1} {
-					_, err := f.inf.AddEventHandler(h, mirror.HandlerOptions{ResyncPeriod: period})
-					require.NoError(t, err)
-				}
-				f.start()
-				f.synced()
-				for _, r := range []*recorder{fast, slow, never} {
-					r.take()
-				}
-				time.Sleep(35 * time.Second)
-				synctest.Wait()
-				// 35 s: fast resynced at 10, 20, 30 s; slow at 30 s.
-				assert.Equal(t, slices.Repeat([]string{"update a 1->1"}, 3), rendered(fast.take()))
-				assert.Equal(t, []string{"update a 1->1"}, rendered(slow.take()))
-				assert.Empty(t, never.take())
-				f.stop()
-			})
-		})
-	}
+	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
+		f := newFixture(t, kind, nil)
+		f.src.Put(item{Name: "a", Val: 1})
+		fast, slow, never := &recorder{}, &recorder{}, &recorder{}
+		for h, period := range map[*recorder]time.Duration{fast: 10 * time.Second, slow: 30 * time.Second, never: -1} {
+			_, err := f.inf.AddEventHandler(h, mirror.HandlerOptions{ResyncPeriod: period})
+			require.NoError(t, err)
+		}
+		f.start()
+		f.synced()
+		for _, r := range []*recorder{fast, slow, never} {
+			r.take()
+		}
+		time.Sleep(35 * time.Second)
+		synctest.Wait()
+		// 35 s: fast resynced at 10, 20, 30 s; slow at 30 s.
+		assert.Equal(t, slices.Repeat([]string{"update a 1->1"}, 3), rendered(fast.take()))
+		assert.Equal(t, []string{"update a 1->1"}, rendered(slow.take()))
+		assert.Empty(t, never.take())
+		f.stop()
+	})
 }
 
 func TestInformer_LateHandlerReplaysCacheAsInitialAdds(t *testing.T) {
-	for _, q := range queueKinds {
-		t.Run(q.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				f := newFixture(t, q.kind, nil)
-				f.src.Put(item{Name: "a", Val: 1})
-				f.src.Put(item{Name: "b", Val: 1})
-				f.start()
-				f.synced()
+	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
+		f := newFixture(t, kind, nil)
+		f.src.Put(item{Name: "a", Val: 1})
+		f.src.Put(item{Name: "b", Val: 1})
+		f.start()
+		f.synced()
 
-				gate := make(chan struct{})
-				late := &recorder{gate: gate}
-				reg, err := f.inf.AddEventHandler(late, mirror.HandlerOptions{})
-				require.NoError(t, err)
-				synctest.Wait()
-				assert.False(t, reg.HasSynced(), "synced before its replay was handled")
-				gate <- struct{}{}
-				gate <- struct{}{}
-				synctest.Wait()
-				assert.True(t, reg.HasSynced())
-				<-reg.Synced()
-				assert.Equal(t, []string{"add a=1 initial=true", "add b=1 initial=true"}, sorted(late.take()))
+		gate := make(chan struct{})
+		late := &recorder{gate: gate}
+		reg, err := f.inf.AddEventHandler(late, mirror.HandlerOptions{})
+		require.NoError(t, err)
+		synctest.Wait()
+		assert.False(t, reg.HasSynced(), "synced before its replay was handled")
+		gate <- struct{}{}
+		gate <- struct{}{}
+		synctest.Wait()
+		assert.True(t, reg.HasSynced())
+		<-reg.Synced()
+		assert.Equal(t, []string{"add a=1 initial=true", "add b=1 initial=true"}, sorted(late.take()))
 
-				close(gate)
-				f.src.Put(item{Name: "a", Val: 2})
-				synctest.Wait()
-				assert.Equal(t, []string{"update a 1->2"}, rendered(late.take()))
-				f.stop()
-			})
-		})
-	}
+		close(gate)
+		f.src.Put(item{Name: "a", Val: 2})
+		synctest.Wait()
+		assert.Equal(t, []string{"update a 1->2"}, rendered(late.take()))
+		f.stop()
+	})
 }
 
 func TestInformer_RegistrationSyncsPerHandler(t *testing.T) {
-	for _, q := range queueKinds {
-		t.Run(q.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				f := newFixture(t, q.kind, nil)
-				for i := range 3 {
-					f.src.Put(item{Name: fmt.Sprint(i), Val: i})
-				}
-				quick := &recorder{}
-				gate := make(chan struct{})
-				stuck := &recorder{gate: gate}
-				rq, err := f.inf.AddEventHandler(quick, mirror.HandlerOptions{})
-				require.NoError(t, err)
-				rs, err := f.inf.AddEventHandler(stuck, mirror.HandlerOptions{})
-				require.NoError(t, err)
-				assert.False(t, rq.HasSynced(), "synced before Run")
-				f.start()
-				f.synced()
-				assert.True(t, rq.HasSynced())
-				assert.False(t, rs.HasSynced())
+	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
+		f := newFixture(t, kind, nil)
+		for i := range 3 {
+			f.src.Put(item{Name: fmt.Sprint(i), Val: i})
+		}
+		quick := &recorder{}
+		gate := make(chan struct{})
+		stuck := &recorder{gate: gate}
+		rq, err := f.inf.AddEventHandler(quick, mirror.HandlerOptions{})
+		require.NoError(t, err)
+		rs, err := f.inf.AddEventHandler(stuck, mirror.HandlerOptions{})
+		require.NoError(t, err)
+		assert.False(t, rq.HasSynced(), "synced before Run")
+		f.start()
+		f.synced()
+		assert.True(t, rq.HasSynced())
+		assert.False(t, rs.HasSynced())
 
-				ctx, cancel := context.WithTimeout(t.Context(), time.Second)
-				defer cancel()
-				require.ErrorIs(t, mirror.WaitForCacheSync(ctx, f.inf, rq, rs), context.DeadlineExceeded)
-				close(gate)
-				require.NoError(t, mirror.WaitForCacheSync(t.Context(), f.inf, rq, rs))
-				f.stop()
-			})
-		})
-	}
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		require.ErrorIs(t, mirror.WaitForCacheSync(ctx, f.inf, rq, rs), context.DeadlineExceeded)
+		close(gate)
+		require.NoError(t, mirror.WaitForCacheSync(t.Context(), f.inf, rq, rs))
+		f.stop()
+	})
 }
 
 func TestInformer_EmptyInitialListSyncs(t *testing.T) {
-	for _, q := range queueKinds {
-		t.Run(q.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				f := newFixture(t, q.kind, nil)
-				reg, err := f.inf.AddEventHandler(&recorder{}, mirror.HandlerOptions{})
-				require.NoError(t, err)
-				f.start()
-				require.NoError(t, mirror.WaitForCacheSync(t.Context(), f.inf, reg))
-				f.stop()
-			})
-		})
-	}
+	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
+		f := newFixture(t, kind, nil)
+		reg, err := f.inf.AddEventHandler(&recorder{}, mirror.HandlerOptions{})
+		require.NoError(t, err)
+		f.start()
+		require.NoError(t, mirror.WaitForCacheSync(t.Context(), f.inf, reg))
+		f.stop()
+	})
 }
 
 func TestInformer_RemovedHandlerGetsNothingMore(t *testing.T) {
-	for _, q := range queueKinds {
-		t.Run(q.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				f := newFixture(t, q.kind, nil)
-				gate := make(chan struct{})
-				gone := &recorder{gate: gate}
-				stays := &recorder{}
-				reg, err := f.inf.AddEventHandler(gone, mirror.HandlerOptions{})
-				require.NoError(t, err)
-				_, err = f.inf.AddEventHandler(stays, mirror.HandlerOptions{})
-				require.NoError(t, err)
-				f.start()
-				f.synced()
+	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
+		f := newFixture(t, kind, nil)
+		gate := make(chan struct{})
+		gone := &recorder{gate: gate}
+		stays := &recorder{}
+		reg, err := f.inf.AddEventHandler(gone, mirror.HandlerOptions{})
+		require.NoError(t, err)
+		_, err = f.inf.AddEventHandler(stays, mirror.HandlerOptions{})
+		require.NoError(t, err)
+		f.start()
+		f.synced()
 
-				f.src.Put(item{Name: "a", Val: 1})
-				f.src.Put(item{Name: "a", Val: 2})
-				synctest.Wait() // gone is inside OnAdd, waiting on gate
+		f.src.Put(item{Name: "a", Val: 1})
+		f.src.Put(item{Name: "a", Val: 2})
+		synctest.Wait() // gone is inside OnAdd, waiting on gate
 
-				removed := make(chan error, 1)
-				go func() { removed <- f.inf.RemoveEventHandlerAndWait(t.Context(), reg) }()
-				synctest.Wait()
-				select {
-				case <-removed:
-					t.Fatal("RemoveEventHandlerAndWait returned while the handler was still running")
-				default:
-				}
-				close(gate)
-				require.NoError(t, <-removed)
+		removed := make(chan error, 1)
+		go func() { removed <- f.inf.RemoveEventHandlerAndWait(t.Context(), reg) }()
+		synctest.Wait()
+		select {
+		case <-removed:
+			t.Fatal("RemoveEventHandlerAndWait returned while the handler was still running")
+		default:
+		}
+		close(gate)
+		require.NoError(t, <-removed)
 
-				f.src.Put(item{Name: "a", Val: 3})
-				synctest.Wait()
-				assert.Equal(t, []string{"add a=1 initial=false"}, rendered(gone.take()), "the call in progress finishes; nothing after")
-				assert.Equal(t, []string{"add a=1 initial=false", "update a 1->2", "update a 2->3"}, rendered(stays.take()))
-				require.Error(t, f.inf.RemoveEventHandler(reg), "removing twice")
-				f.stop()
-			})
-		})
-	}
+		f.src.Put(item{Name: "a", Val: 3})
+		synctest.Wait()
+		assert.Equal(t, []string{"add a=1 initial=false"}, rendered(gone.take()), "the call in progress finishes; nothing after")
+		assert.Equal(t, []string{"add a=1 initial=false", "update a 1->2", "update a 2->3"}, rendered(stays.take()))
+		require.Error(t, f.inf.RemoveEventHandler(reg), "removing twice")
+		f.stop()
+	})
 }
 
 func TestInformer_TransformRunsBeforeCacheAndHandlers(t *testing.T) {
-	for _, q := range queueKinds {
-		t.Run(q.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				f := newFixture(t, q.kind, func(o *mirror.InformerOptions[string, item]) {
-					o.Transform = func(it item) (item, error) {
-						it.Val *= 10
-						return it, nil
-					}
-				})
-				f.src.Put(item{Name: "a", Val: 1})
-				rec := &recorder{}
-				_, err := f.inf.AddEventHandler(rec, mirror.HandlerOptions{})
-				require.NoError(t, err)
-				f.start()
-				f.synced()
-				f.src.Put(item{Name: "a", Val: 2})
-				synctest.Wait()
-				assert.Equal(t, []string{"add a=10 initial=true", "update a 10->20"}, rendered(rec.take()))
-				assert.Equal(t, map[string]int{"a": 20}, f.cacheState())
-				f.stop()
-			})
+	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
+		f := newFixture(t, kind, func(o *mirror.InformerOptions[string, item]) {
+			o.Transform = func(it item) (item, error) {
+				it.Val *= 10
+				return it, nil
+			}
 		})
-	}
+		f.src.Put(item{Name: "a", Val: 1})
+		rec := &recorder{}
+		_, err := f.inf.AddEventHandler(rec, mirror.HandlerOptions{})
+		require.NoError(t, err)
+		f.start()
+		f.synced()
+		f.src.Put(item{Name: "a", Val: 2})
+		synctest.Wait()
+		assert.Equal(t, []string{"add a=10 initial=true", "update a 10->20"}, rendered(rec.take()))
+		assert.Equal(t, map[string]int{"a": 20}, f.cacheState())
+		f.stop()
+	})
 }
 
 func TestInformer_IndexesFollowChanges(t *testing.T) {
-	for _, q := range queueKinds {
-		t.Run(q.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				f := newFixture(t, q.kind, nil)
-				f.src.Put(item{Name: "a", Group: "x"})
-				f.src.Put(item{Name: "b", Group: "x"})
-				f.start()
-				f.synced()
-				f.src.Put(item{Name: "b", Group: "y"})
-				f.src.Put(item{Name: "c", Group: "y"})
-				synctest.Wait()
-				keys, err := f.inf.IndexKeys("group", "x")
-				require.NoError(t, err)
-				assert.Equal(t, []string{"a"}, keys)
-				objs, err := f.inf.ByIndex("group", "y")
-				require.NoError(t, err)
-				names := []string{}
-				for _, o := range objs {
-					names = append(names, o.Name)
-				}
-				slices.Sort(names)
-				assert.Equal(t, []string{"b", "c"}, names)
-				f.stop()
-			})
-		})
-	}
+	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
+		f := newFixture(t, kind, nil)
+		f.src.Put(item{Name: "a", Group: "x"})
+		f.src.Put(item{Name: "b", Group: "x"})
+		f.start()
+		f.synced()
+		f.src.Put(item{Name: "b", Group: "y"})
+		f.src.Put(item{Name: "c", Group: "y"})
+		synctest.Wait()
+		keys, err := f.inf.IndexKeys("group", "x")
+		require.NoError(t, err)
+		assert.Equal(t, []string{"a"}, keys)
+		objs, err := f.inf.ByIndex("group", "y")
+		require.NoError(t, err)
+		names := []string{}
+		for _, o := range objs {
+			names = append(names, o.Name)
+		}
+		slices.Sort(names)
+		assert.Equal(t, []string{"b", "c"}, names)
+		f.stop()
+	})
 }
 
 func TestInformer_InOrderQueueDeliversInSourceOrder(t *testing.T) {
@@ -514,149 +487,137 @@ func TestInformer_InOrderQueueDeliversInSourceOrder(t *testing.T) {
 }
 
 func TestInformer_StalledHandlerIsBoundedByKeys(t *testing.T) {
-	for _, q := range queueKinds {
-		t.Run(q.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				const keys, events = 1000, 100_000
-				f := newFixture(t, q.kind, nil)
-				gate := make(chan struct{})
-				var stalledMu sync.Mutex
-				stalledSeen := map[string]int{}
-				stalled := mirror.HandlerFuncs[item]{
-					AddFunc: func(obj item, _ bool) {
-						<-gate
-						stalledMu.Lock()
-						stalledSeen[obj.Name] = obj.Val
-						stalledMu.Unlock()
-					},
-					UpdateFunc: func(_, obj item) {
-						<-gate
-						stalledMu.Lock()
-						stalledSeen[obj.Name] = obj.Val
-						stalledMu.Unlock()
-					},
-					DeleteFunc: func(obj item, _ bool) {
-						<-gate
-						stalledMu.Lock()
-						delete(stalledSeen, obj.Name)
-						stalledMu.Unlock()
-					},
-				}
-				var quickCount atomic.Int64
-				quick := mirror.HandlerFuncs[item]{
-					AddFunc:    func(item, bool) { quickCount.Add(1) },
-					UpdateFunc: func(_, _ item) { quickCount.Add(1) },
-					DeleteFunc: func(item, bool) { quickCount.Add(1) },
-				}
-				rs, err := f.inf.AddEventHandler(stalled, mirror.HandlerOptions{MaxBacklog: 100})
-				require.NoError(t, err)
-				_, err = f.inf.AddEventHandler(quick, mirror.HandlerOptions{})
-				require.NoError(t, err)
-				f.start()
-				f.synced()
-
-				maxBacklog, notifications := 0, 0
-				want := map[string]int{}
-				for i := range events {
-					name := fmt.Sprintf("k%04d", i%keys)
-					if i%7 == 3 {
-						if _, ok := want[name]; ok {
-							notifications++
-						}
-						f.src.Delete(name)
-						delete(want, name)
-					} else {
-						f.src.Put(item{Name: name, Val: i})
-						want[name] = i
-						notifications++
-					}
-					if i%1000 == 999 {
-						synctest.Wait()
-						maxBacklog = max(maxBacklog, rs.Backlog())
-					}
-				}
-				synctest.Wait()
-				// The other handler kept pace with every event.
-				assert.Equal(t, int64(notifications), quickCount.Load())
-				assert.LessOrEqual(t, maxBacklog, keys, "stalled handler's backlog grew past the number of keys")
-				assert.Greater(t, maxBacklog, 100, "the handler was not behind at all")
-
-				close(gate)
-				synctest.Wait()
+	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
+		const keys, events = 1000, 100_000
+		f := newFixture(t, kind, nil)
+		gate := make(chan struct{})
+		var stalledMu sync.Mutex
+		stalledSeen := map[string]int{}
+		stalled := mirror.HandlerFuncs[item]{
+			AddFunc: func(obj item, _ bool) {
+				<-gate
 				stalledMu.Lock()
-				assert.Equal(t, want, stalledSeen, "the stalled handler did not end at the final state of every key")
+				stalledSeen[obj.Name] = obj.Val
 				stalledMu.Unlock()
-				assert.Zero(t, rs.Backlog())
-				f.stop()
-			})
-		})
-	}
+			},
+			UpdateFunc: func(_, obj item) {
+				<-gate
+				stalledMu.Lock()
+				stalledSeen[obj.Name] = obj.Val
+				stalledMu.Unlock()
+			},
+			DeleteFunc: func(obj item, _ bool) {
+				<-gate
+				stalledMu.Lock()
+				delete(stalledSeen, obj.Name)
+				stalledMu.Unlock()
+			},
+		}
+		var quickCount atomic.Int64
+		quick := mirror.HandlerFuncs[item]{
+			AddFunc:    func(item, bool) { quickCount.Add(1) },
+			UpdateFunc: func(_, _ item) { quickCount.Add(1) },
+			DeleteFunc: func(item, bool) { quickCount.Add(1) },
+		}
+		rs, err := f.inf.AddEventHandler(stalled, mirror.HandlerOptions{MaxBacklog: 100})
+		require.NoError(t, err)
+		_, err = f.inf.AddEventHandler(quick, mirror.HandlerOptions{})
+		require.NoError(t, err)
+		f.start()
+		f.synced()
+
+		maxBacklog, notifications := 0, 0
+		want := map[string]int{}
+		for i := range events {
+			name := fmt.Sprintf("k%04d", i%keys)
+			if i%7 == 3 {
+				if _, ok := want[name]; ok {
+					notifications++
+				}
+				f.src.Delete(name)
+				delete(want, name)
+			} else {
+				f.src.Put(item{Name: name, Val: i})
+				want[name] = i
+				notifications++
+			}
+			if i%1000 == 999 {
+				synctest.Wait()
+				maxBacklog = max(maxBacklog, rs.Backlog())
+			}
+		}
+		synctest.Wait()
+		// The other handler kept pace with every event.
+		assert.Equal(t, int64(notifications), quickCount.Load())
+		assert.LessOrEqual(t, maxBacklog, keys, "stalled handler's backlog grew past the number of keys")
+		assert.Greater(t, maxBacklog, 100, "the handler was not behind at all")
+
+		close(gate)
+		synctest.Wait()
+		stalledMu.Lock()
+		assert.Equal(t, want, stalledSeen, "the stalled handler did not end at the final state of every key")
+		stalledMu.Unlock()
+		assert.Zero(t, rs.Backlog())
+		f.stop()
+	})
 }
 
 func TestInformer_PanickingHandlerIsReportedAndOthersGoOn(t *testing.T) {
-	for _, q := range queueKinds {
-		t.Run(q.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				f := newFixture(t, q.kind, nil)
-				bad := mirror.HandlerFuncs[item]{AddFunc: func(obj item, _ bool) { panic("boom " + obj.Name) }}
-				good := &recorder{}
-				_, err := f.inf.AddEventHandler(bad, mirror.HandlerOptions{})
-				require.NoError(t, err)
-				_, err = f.inf.AddEventHandler(good, mirror.HandlerOptions{})
-				require.NoError(t, err)
-				f.start()
-				f.synced()
-				f.src.Put(item{Name: "a"})
-				f.src.Put(item{Name: "b"})
-				synctest.Wait()
-				assert.Len(t, good.take(), 2)
-				var panics []string
-				for _, err := range f.errs.all() {
-					var pe *mirror.HandlerPanicError
-					if errors.As(err, &pe) {
-						panics = append(panics, fmt.Sprint(pe.Value))
-						assert.NotEmpty(t, pe.Stack)
-					}
-				}
-				assert.Equal(t, []string{"boom a", "boom b"}, panics)
-				f.stop()
-			})
-		})
-	}
+	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
+		f := newFixture(t, kind, nil)
+		bad := mirror.HandlerFuncs[item]{AddFunc: func(obj item, _ bool) { panic("boom " + obj.Name) }}
+		good := &recorder{}
+		_, err := f.inf.AddEventHandler(bad, mirror.HandlerOptions{})
+		require.NoError(t, err)
+		_, err = f.inf.AddEventHandler(good, mirror.HandlerOptions{})
+		require.NoError(t, err)
+		f.start()
+		f.synced()
+		f.src.Put(item{Name: "a"})
+		f.src.Put(item{Name: "b"})
+		synctest.Wait()
+		assert.Len(t, good.take(), 2)
+		var panics []string
+		for _, err := range f.errs.all() {
+			var pe *mirror.HandlerPanicError
+			if errors.As(err, &pe) {
+				panics = append(panics, fmt.Sprint(pe.Value))
+				assert.NotEmpty(t, pe.Stack)
+			}
+		}
+		assert.Equal(t, []string{"boom a", "boom b"}, panics)
+		f.stop()
+	})
 }
 
 func TestInformer_FailingKeyFunctionSkipsOnlyThatObject(t *testing.T) {
-	for _, q := range queueKinds {
-		t.Run(q.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				f := newFixture(t, q.kind, func(o *mirror.InformerOptions[string, item]) {
-					o.KeyFunc = func(it item) (string, error) {
-						if it.Group == "bad" {
-							return "", errors.New("bad group")
-						}
-						return it.Name, nil
-					}
-				})
-				f.src.Put(item{Name: "a"})
-				f.src.Put(item{Name: "b", Group: "bad"})
-				f.start()
-				f.synced()
-				f.src.Put(item{Name: "c", Group: "bad"})
-				f.src.Put(item{Name: "d"})
-				synctest.Wait()
-				assert.Equal(t, map[string]int{"a": 0, "d": 0}, f.cacheState())
-				var keyErrs int
-				for _, err := range f.errs.all() {
-					var ke *mirror.KeyError
-					if errors.As(err, &ke) {
-						keyErrs++
-					}
+	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
+		f := newFixture(t, kind, func(o *mirror.InformerOptions[string, item]) {
+			o.KeyFunc = func(it item) (string, error) {
+				if it.Group == "bad" {
+					return "", errors.New("bad group")
 				}
-				assert.Equal(t, 2, keyErrs)
-				f.stop()
-			})
+				return it.Name, nil
+			}
 		})
-	}
+		f.src.Put(item{Name: "a"})
+		f.src.Put(item{Name: "b", Group: "bad"})
+		f.start()
+		f.synced()
+		f.src.Put(item{Name: "c", Group: "bad"})
+		f.src.Put(item{Name: "d"})
+		synctest.Wait()
+		assert.Equal(t, map[string]int{"a": 0, "d": 0}, f.cacheState())
+		var keyErrs int
+		for _, err := range f.errs.all() {
+			var ke *mirror.KeyError
+			if errors.As(err, &ke) {
+				keyErrs++
+			}
+		}
+		assert.Equal(t, 2, keyErrs)
+		f.stop()
+	})
 }
 
 func TestInformer_RunTwiceFails(t *testing.T) {

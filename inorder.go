@@ -30,7 +30,6 @@ type inOrderQueue[K comparable, T any] struct {
 	// resyncQueued is set while a resync entry waits: a second resync
 	// before it is applied would offer the same objects again.
 	resyncQueued bool
-	closed       bool
 }
 
 type entryKind uint8
@@ -143,8 +142,8 @@ func (q *inOrderQueue[K, T]) push(e inOrderEntry[K, T]) {
 }
 
 // popBatch waits for at least one entry and appends up to max entries to
-// dst. It returns ctx.Err() when ctx ends and ErrClosed once the queue is
-// closed and empty.
+// dst. It returns ctx.Err() when ctx ends. The informer stops its queue
+// by ending the context, so there is no Close.
 func (q *inOrderQueue[K, T]) popBatch(ctx context.Context, max int, dst []inOrderEntry[K, T]) ([]inOrderEntry[K, T], error) {
 	stop := context.AfterFunc(ctx, func() {
 		q.mu.Lock()
@@ -155,9 +154,6 @@ func (q *inOrderQueue[K, T]) popBatch(ctx context.Context, max int, dst []inOrde
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for q.entries.Len() == 0 {
-		if q.closed {
-			return dst, ErrClosed
-		}
 		if err := ctx.Err(); err != nil {
 			return dst, err
 		}
@@ -174,19 +170,4 @@ func (q *inOrderQueue[K, T]) popBatch(ctx context.Context, max int, dst []inOrde
 		dst = append(dst, e)
 	}
 	return dst, nil
-}
-
-// close wakes every popper; once empty, popBatch returns ErrClosed.
-func (q *inOrderQueue[K, T]) close() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.closed = true
-	q.cond.Broadcast()
-}
-
-// len returns the number of queued entries.
-func (q *inOrderQueue[K, T]) len() int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return q.entries.Len()
 }

@@ -548,6 +548,13 @@ func (r *Reflector[T]) relistAfter(err error) (relistNow bool) {
 		return false
 	}
 	relistNow = !r.expiredRelist || r.eventsSinceList > 0
+	if !relistNow {
+		// The list at the last version succeeded but its version expired
+		// again before one event came: the source serves that version
+		// from a cache it cannot watch from (a restarted kube-apiserver
+		// does this). Only a consistent list breaks the loop.
+		r.setVersionGone()
+	}
 	r.expiredRelist = true
 	return relistNow
 }

@@ -369,6 +369,24 @@ func TestReflector_SourceThatKeepsExpiringIsPacedByBackoff(t *testing.T) {
 	})
 }
 
+func TestReflector_RepeatedExpiryWithoutEventsRelistsConsistently(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newRig(ReflectorOptions{Jitter: noJitter})
+		g.lw.page("10", "")
+		g.lw.watchErr(errSrcExpired)
+		g.lw.page("10", "") // the list at "10" still answers...
+		g.lw.watchErr(errSrcExpired)
+		g.lw.page("12", "") // ...but only a consistent one moves on
+		g.lw.watch()
+		g.runFor(t, time.Minute)
+
+		assert.Equal(t, []string{"0", "10", ""}, g.lw.ListVersions(),
+			"a second expiry with no event since the relist forgets the version")
+		assert.Equal(t, []string{"10", "10", "12"}, g.lw.WatchVersions())
+		g.stopRun()
+	})
+}
+
 func TestReflector_UnavailableWatchPausesAndRewatchesWithoutRelist(t *testing.T) {
 	eachWatchFailure(t, ReflectorOptions{Jitter: noJitter}, errSrcUnavailable, func(t *testing.T, g *reflectorRig, lastRV string) {
 		g.lw.watch()

@@ -38,7 +38,10 @@ var (
 // become EventDeleted carrying the key's last value when etcd still has it,
 // and the key alone when it was compacted away or fails to decode. A put
 // whose value fails to decode becomes an EventError with an
-// *mirror.ObjectError, and the stream goes on. Every event's
+// *mirror.ObjectError followed by an EventDeleted of the key (carrying its
+// previous value when that decodes): the mirror drops a key it cannot
+// represent, as a relist would, instead of keeping a stale value. The
+// stream goes on. Every event's
 // ResourceVersion is its revision. With opts.AllowBookmarks, etcd's
 // progress notifications become EventBookmark events.
 //
@@ -143,6 +146,10 @@ type watcher[T any] struct {
 	// not yet returned.
 	events []*clientv3.Event
 	next   int
+	// queued is an event to return before the next of events: the
+	// deletion that follows a put that failed to decode.
+	queued    mirror.Event[Object[T]]
+	hasQueued bool
 	// err, once set, is what every later Next returns.
 	err error
 	// rv is rev, formatted: the resource version of the last event.
@@ -168,6 +175,11 @@ func (w *watcher[T]) Next(ctx context.Context) (mirror.Event[Object[T]], error) 
 	for {
 		if w.stopped.Load() {
 			return zero, w.fail(io.EOF)
+		}
+		if w.hasQueued {
+			ev := w.queued
+			w.queued, w.hasQueued = zero, false
+			return ev, nil
 		}
 		for w.next < len(w.events) {
 			ev := w.events[w.next]
@@ -276,6 +288,14 @@ func (w *watcher[T]) event(ev *clientv3.Event) mirror.Event[Object[T]] {
 	}
 	o, err := w.lw.object(kv)
 	if err != nil {
+		// The key's earlier value, if the mirror holds one, is no longer
+		// etcd's: remove it after reporting the error.
+		gone := Object[T]{Key: string(kv.Key)}
+		if prev := ev.PrevKv; prev != nil {
+			gone, _ = w.lw.object(prev)
+		}
+		w.queued = mirror.Event[Object[T]]{Type: mirror.EventDeleted, Object: gone, ResourceVersion: rv}
+		w.hasQueued = true
 		return mirror.Event[Object[T]]{Type: mirror.EventError, ResourceVersion: rv, Err: err}
 	}
 	typ := mirror.EventModified

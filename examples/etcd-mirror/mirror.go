@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -30,7 +31,8 @@ type mirrorState struct {
 	reg          *mirror.Registration
 	initial      atomic.Int64 // initial-list adds handled
 	events       atomic.Int64 // changes handled after the initial list
-	errors       atomic.Int64
+	errors       atomic.Int64 // every error reported
+	skipped      atomic.Int64 // values that failed to decode
 	lastRevision atomic.Int64 // highest ModRevision the handler saw
 }
 
@@ -47,6 +49,14 @@ func newMirror(client *clientv3.Client, prefix string, p *printer) *mirrorState 
 		Reflector:       mirror.ReflectorOptions{PageSize: 1000},
 		ErrorHandler: func(err error) {
 			m.errors.Add(1)
+			// A skipped key says all it needs by itself; other errors
+			// (a lost connection, a compaction) keep the Reflector's
+			// context.
+			var skipped *mirror.ObjectError
+			if errors.As(err, &skipped) {
+				m.skipped.Add(1)
+				err = skipped
+			}
 			p.printf("reported: %v", err)
 		},
 	})
@@ -135,8 +145,8 @@ func (m *mirrorState) summary(p *printer) {
 		perZone = append(perZone, fmt.Sprintf("%s=%d", z, len(n)))
 	}
 	st := m.inf.ReflectorStats()
-	p.printf("summary: %d keys mirrored (by zone: %v); %d changes handled after the initial %d; %d lists (%d relists), %d watches; %d objects reported and skipped",
-		m.inf.Len(), perZone, m.events.Load(), m.initial.Load(), st.Lists, st.Relists, st.Watches, m.errors.Load())
+	p.printf("summary: %d keys mirrored (by zone: %v); %d changes handled after the initial %d; %d lists (%d relists), %d watches; %d errors reported, %d undecodable values skipped",
+		m.inf.Len(), perZone, m.events.Load(), m.initial.Load(), st.Lists, st.Relists, st.Watches, m.errors.Load(), m.skipped.Load())
 }
 
 // verify reads the prefix straight from etcd and compares it with the

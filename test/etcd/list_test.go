@@ -62,6 +62,7 @@ func mustRev(t testing.TB, rv string) int64 {
 }
 
 func TestList_PagesPinnedToFirstRevisionWhileWritersRun(t *testing.T) {
+	t.Parallel() // its writers and list wait on the server as much as they run
 	const keys = 100_000
 	m := startEtcd(t)
 	c := newClient(t, m.endpoint())

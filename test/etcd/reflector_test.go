@@ -155,6 +155,7 @@ func requireConverged[T any](t *testing.T, c *clientv3.Client, prefix string, r 
 }
 
 func TestReflector_InitialSyncOf100kKeysWhileWritersRunEqualsEtcd(t *testing.T) {
+	t.Parallel() // its writers and list wait on the server as much as they run
 	m := startEtcd(t)
 	c := newClient(t, m.endpoint())
 	const keys = 100_000

@@ -137,44 +137,51 @@ func TestWatch_FromCompactedRevisionIsExpired(t *testing.T) {
 	require.Equal(t, err, again, "the error sticks")
 }
 
-func TestWatch_DecodeFailureIsReportedAndSkipped(t *testing.T) {
+func TestWatch_DecodeFailureIsReportedAndDropsTheKey(t *testing.T) {
 	m := startEtcd(t)
 	c := newClient(t, m.endpoint())
 	ctx := context.Background()
 	lw := etcdmirror.NewTyped(c, "/d/", decodeInt, etcdmirror.Options{})
 	w := watch(t, lw, mirror.WatchOptions{ResourceVersion: rvOf(currentRev(t, c))})
 
-	for _, kv := range [][2]string{{"/d/a", "1"}, {"/d/b", "bad"}, {"/d/c", "3"}} {
-		_, err := c.Put(ctx, kv[0], kv[1])
+	var revs []string
+	for _, kv := range [][2]string{{"/d/a", "1"}, {"/d/b", "bad"}, {"/d/c", "3"}, {"/d/a", "bad"}} {
+		p, err := c.Put(ctx, kv[0], kv[1])
 		require.NoError(t, err)
+		revs = append(revs, rvOf(p.Header.Revision))
 	}
 	d, err := c.Delete(ctx, "/d/b")
 	require.NoError(t, err)
 
-	ev := next(t, w)
-	assert.Equal(t, mirror.EventAdded, ev.Type)
-	assert.Equal(t, 1, ev.Object.Value)
-
-	ev = next(t, w)
-	require.Equal(t, mirror.EventError, ev.Type)
-	var oe *mirror.ObjectError
-	require.ErrorAs(t, ev.Err, &oe)
-	assert.Equal(t, "/d/b", oe.Key)
-	assert.Equal(t, ev.ResourceVersion, oe.ResourceVersion)
-	assert.ErrorIs(t, oe, strconv.ErrSyntax)
-
-	ev = next(t, w)
-	assert.Equal(t, mirror.EventAdded, ev.Type)
-	assert.Equal(t, "/d/c", ev.Object.Key)
-	assert.Equal(t, 3, ev.Object.Value)
-
-	// The undecodable key's deletion still arrives, so a mirror that had an
-	// older value for it drops that.
-	ev = next(t, w)
-	assert.Equal(t, mirror.EventDeleted, ev.Type)
-	assert.Equal(t, "/d/b", ev.Object.Key)
-	assert.Zero(t, ev.Object.Value)
-	assert.Equal(t, rvOf(d.Header.Revision), ev.ResourceVersion)
+	type want struct {
+		typ   mirror.EventType
+		key   string
+		value int
+		rv    string
+	}
+	for i, exp := range []want{
+		{mirror.EventAdded, "/d/a", 1, revs[0]},
+		{mirror.EventError, "/d/b", 0, revs[1]},
+		{mirror.EventDeleted, "/d/b", 0, revs[1]}, // nothing to drop: a no-op for a mirror
+		{mirror.EventAdded, "/d/c", 3, revs[2]},
+		{mirror.EventError, "/d/a", 0, revs[3]},
+		{mirror.EventDeleted, "/d/a", 1, revs[3]}, // the stale value is dropped, as a relist would
+		{mirror.EventDeleted, "/d/b", 0, rvOf(d.Header.Revision)},
+	} {
+		ev := next(t, w)
+		require.Equal(t, exp.typ, ev.Type, "event %d", i)
+		assert.Equal(t, exp.rv, ev.ResourceVersion, "event %d", i)
+		if exp.typ == mirror.EventError {
+			var oe *mirror.ObjectError
+			require.ErrorAs(t, ev.Err, &oe)
+			assert.Equal(t, exp.key, oe.Key)
+			assert.Equal(t, ev.ResourceVersion, oe.ResourceVersion)
+			assert.ErrorIs(t, oe, strconv.ErrSyntax)
+			continue
+		}
+		assert.Equal(t, exp.key, ev.Object.Key, "event %d", i)
+		assert.Equal(t, exp.value, ev.Object.Value, "event %d", i)
+	}
 }
 
 func TestWatch_ProgressBecomesBookmarkOnlyWhenAllowed(t *testing.T) {
