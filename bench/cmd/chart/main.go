@@ -297,8 +297,11 @@ func markdown(rows []row) string {
 }
 
 // display names a unit as the benchmark reported it: benchstat reads
-// heap-MB as heap-B, in bytes.
+// heap-MB as heap-B, in bytes, and cpu-ns/x as cpu-sec/x, in seconds.
 func display(unit string) string {
+	if rest, ok := strings.CutPrefix(unit, "cpu-sec/"); ok {
+		return "cpu-ns/" + rest
+	}
 	if strings.HasSuffix(unit, "-B") {
 		return strings.TrimSuffix(unit, "-B") + "-MB"
 	}
@@ -320,6 +323,8 @@ func format(v float64, unit string) string {
 	switch {
 	case v == 0:
 		return "–"
+	case strings.HasPrefix(unit, "cpu-sec/"):
+		return fmt.Sprintf("%.0f", v*1e9) // shown as cpu-ns
 	case unit == "sec/op":
 		switch {
 		case v >= 1:
