@@ -1,0 +1,20 @@
+// Package bench runs the same workloads through mirror and through
+// Kubernetes client-go's tools/cache, side by side, so that benchstat can
+// compare them: each benchmark has one sub-benchmark per implementation,
+// named impl=mirror, impl=clientgo and, where client-go has a second queue
+// worth measuring, impl=clientgo-realfifo.
+//
+// Both sides handle the very same objects: *Obj, a small struct that
+// implements client-go's metav1.Object and runtime.Object, so that
+// client-go's standard key function, reflector and informer accept it
+// unchanged. mirror keys it by a {Namespace, Name} struct (Key), client-go
+// by its "namespace/name" string, as each library is meant to be used.
+//
+// The sources are mirror.ListWatcher implementations (memsource, or a
+// generator for the memory benchmark); ListerWatcher adapts one to
+// client-go's cache.ListerWatcher, so that both informers read the same
+// source.
+//
+// run.sh runs every pair, summarises them with benchstat and writes
+// RESULTS.md and ratios.svg (see cmd/chart).
+package bench
