@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -242,6 +243,7 @@ type listener[K comparable, T any] struct {
 
 	wake     chan struct{} // capacity 1: a pending wake-up
 	stopped  chan struct{} // closed by stop
+	halted   atomic.Bool   // set by stop or when run's context ends
 	done     chan struct{} // closed when run returns
 	stopOnce sync.Once
 
@@ -277,7 +279,12 @@ func (l *listener[K, T]) wakeUp() {
 	}
 }
 
-func (l *listener[K, T]) stop() { l.stopOnce.Do(func() { close(l.stopped) }) }
+func (l *listener[K, T]) stop() {
+	l.stopOnce.Do(func() {
+		l.halted.Store(true)
+		close(l.stopped)
+	})
+}
 
 // push queues n without blocking.
 func (l *listener[K, T]) push(n notification[K, T]) {
@@ -399,15 +406,30 @@ func (l *listener[K, T]) hasSynced() bool {
 	return false
 }
 
+// listenerBatch is how many notifications run takes per lock acquisition.
+// Taken notifications are out of the buffer's reach (Backlog does not
+// count them, bounded mode does not merge them), so it stays small.
+const listenerBatch = 32
+
 // run delivers notifications until ctx ends or the listener is stopped.
+// Once either happens, no further handler call starts.
 func (l *listener[K, T]) run(ctx context.Context) {
 	defer close(l.done)
+	stopHalt := context.AfterFunc(ctx, func() { l.halted.Store(true) })
+	defer stopHalt()
+	batch := make([]notification[K, T], 0, listenerBatch)
 	for {
 		l.hasSynced()
 		l.mu.Lock()
-		n, ok := l.nextLocked()
+		for len(batch) < listenerBatch {
+			n, ok := l.nextLocked()
+			if !ok {
+				break
+			}
+			batch = append(batch, n)
+		}
 		l.mu.Unlock()
-		if !ok {
+		if len(batch) == 0 {
 			select {
 			case <-l.wake:
 				continue
@@ -417,17 +439,21 @@ func (l *listener[K, T]) run(ctx context.Context) {
 				return
 			}
 		}
-		select {
-		case <-l.stopped:
-			return
-		case <-ctx.Done():
-			return
-		default:
+		initial := 0
+		for i := range batch {
+			if l.halted.Load() {
+				return
+			}
+			l.call(batch[i])
+			if batch[i].initial {
+				initial++
+			}
+			batch[i] = notification[K, T]{} // do not keep it reachable
 		}
-		l.call(n)
-		if n.initial {
+		batch = batch[:0]
+		if initial > 0 {
 			l.mu.Lock()
-			l.initialPending--
+			l.initialPending -= initial
 			l.mu.Unlock()
 		}
 	}

@@ -1,10 +1,19 @@
 package mirror
 
-import "iter"
+import (
+	"iter"
+	"unsafe"
+)
 
 // ringMinCap is the smallest capacity a Ring allocates. Below it, resizing
 // would cost more than the memory it saves.
 const ringMinCap = 16
+
+// ringKeepBytes is how much storage a draining ring keeps. A consumer that
+// keeps up with a bursty producer empties its ring after every burst;
+// shrinking all the way would reallocate and copy the ring on every burst,
+// which measured as most of the informer's allocated bytes.
+const ringKeepBytes = 64 << 10
 
 // Ring is a first-in, first-out queue of values held in a circular buffer
 // that grows when it is full and shrinks again as it drains. The processor
@@ -12,13 +21,14 @@ const ringMinCap = 16
 // does not pin its peak memory for the rest of the program's life.
 //
 // Capacity is zero or a power of two no smaller than 16. A full ring
-// doubles; a ring whose length falls to a quarter of its capacity halves.
-// The gap between the two thresholds means that pushing and popping around
-// either of them does not resize again and again, so Push and Pop are O(1)
-// amortised and allocate nothing while the length stays within a steady
-// range. A drained ring keeps the minimum capacity, so that a queue which
-// empties after every few values does not allocate each time it refills;
-// Clear releases the storage entirely.
+// doubles; a ring whose length falls to a quarter of its capacity halves,
+// but not below the capacity that fits in 64 KiB (1024 values of 64
+// bytes). The gap between the two thresholds means that pushing and popping
+// around either of them does not resize again and again, so Push and Pop
+// are O(1) amortised and allocate nothing while the length stays within a
+// steady range; and bursts that fit in 64 KiB reuse the same storage. A
+// larger burst's storage is given back as the ring drains. Clear releases
+// the storage entirely.
 //
 // The zero value is an empty ring ready to use. A Ring is not safe for
 // concurrent use: its owner must serialise calls.
@@ -49,7 +59,7 @@ func (r *Ring[T]) Pop() (T, bool) {
 	r.buf[r.head] = zero
 	r.head = (r.head + 1) & (len(r.buf) - 1)
 	r.n--
-	if c := len(r.buf); c > ringMinCap && r.n <= c/4 {
+	if c := len(r.buf); c > ringMinCap && r.n <= c/4 && c > r.keepCap() {
 		r.resize(c / 2)
 	}
 	return v, true
@@ -90,6 +100,21 @@ func (r *Ring[T]) All() iter.Seq[T] {
 // Clear removes every value and releases the ring's storage.
 func (r *Ring[T]) Clear() {
 	*r = Ring[T]{}
+}
+
+// keepCap is the capacity a draining ring shrinks to: the largest power of
+// two whose values fit in ringKeepBytes, and at least ringMinCap.
+func (r *Ring[T]) keepCap() int {
+	var zero T
+	size := int(unsafe.Sizeof(zero))
+	c := ringMinCap
+	for size > 0 && 2*c*size <= ringKeepBytes {
+		c *= 2
+	}
+	if size == 0 {
+		c = ringMinCap
+	}
+	return c
 }
 
 // resize moves the values, oldest first, into a new buffer of capacity c,

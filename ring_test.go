@@ -12,7 +12,8 @@ import (
 
 // checkRing compares r with the model (oldest first) and checks the
 // capacity rules: zero or a power of two of at least ringMinCap, and, above
-// the minimum, more than a quarter full (otherwise Pop should have shrunk it).
+// the keep capacity, more than a quarter full (otherwise Pop should have
+// shrunk it).
 func checkRing(t testing.TB, r *Ring[int], model []int) {
 	t.Helper()
 	require.Equal(t, len(model), r.Len(), "Len")
@@ -32,8 +33,8 @@ func checkRing(t testing.TB, r *Ring[int], model []int) {
 		require.Equal(t, 1, bits.OnesCount(uint(c)), "Cap %d is a power of two", c)
 		require.GreaterOrEqual(t, c, ringMinCap, "Cap at least the minimum")
 	}
-	if c > ringMinCap {
-		require.Greater(t, r.Len(), c/4, "a ring above the minimum is more than a quarter full")
+	if c > r.keepCap() {
+		require.Greater(t, r.Len(), c/4, "a ring above the keep capacity is more than a quarter full")
 	}
 }
 
@@ -100,13 +101,15 @@ func TestRing_GrowsByDoublingWhenFull(t *testing.T) {
 	require.Equal(t, 8*ringMinCap, r.Cap())
 }
 
-func TestRing_ShrinksBackToMinimumWhenDrained(t *testing.T) {
+func TestRing_ShrinksBackToKeepCapacityWhenDrained(t *testing.T) {
 	var r Ring[int]
-	const n = 1000
+	keep := r.keepCap()
+	require.Equal(t, ringKeepBytes/8, keep, "keeps 64 KiB of 8-byte values")
+	n := 4*keep - 10
 	for i := range n {
 		r.Push(i)
 	}
-	require.Equal(t, 1024, r.Cap())
+	require.Equal(t, 4*keep, r.Cap())
 	caps := []int{r.Cap()}
 	for i := range n {
 		v, ok := r.Pop()
@@ -116,12 +119,38 @@ func TestRing_ShrinksBackToMinimumWhenDrained(t *testing.T) {
 			caps = append(caps, c)
 		}
 	}
-	assert.Equal(t, []int{1024, 512, 256, 128, 64, 32, 16}, caps, "halves one step at a time")
-	assert.Equal(t, ringMinCap, r.Cap(), "a drained ring keeps the minimum")
+	assert.Equal(t, []int{4 * keep, 2 * keep, keep}, caps, "halves one step at a time")
 	assert.Zero(t, r.Len())
 }
 
+func TestRing_BurstsWithinKeepCapacityReuseStorage(t *testing.T) {
+	var r Ring[[64]byte]
+	keep := r.keepCap()
+	require.Equal(t, 1024, keep)
+	for range keep {
+		r.Push([64]byte{})
+	}
+	for range keep {
+		r.Pop()
+	}
+	allocs := testing.AllocsPerRun(10, func() {
+		for range keep {
+			r.Push([64]byte{})
+		}
+		for range keep {
+			r.Pop()
+		}
+	})
+	assert.Zero(t, allocs, "a burst that fits reuses the drained ring")
+}
+
+func TestRing_KeepCapacityOfZeroSizeValuesIsMinimum(t *testing.T) {
+	var r Ring[struct{}]
+	assert.Equal(t, ringMinCap, r.keepCap())
+}
+
 func TestRing_NoResizeThrashAtBoundary(t *testing.T) {
+	keep := (&Ring[int]{}).keepCap()
 	tests := []struct {
 		name     string
 		push     int  // values pushed first
@@ -130,8 +159,8 @@ func TestRing_NoResizeThrashAtBoundary(t *testing.T) {
 	}{
 		{name: "full, push first", push: 2 * ringMinCap},
 		{name: "full, pop first", push: 2 * ringMinCap, popFirst: true},
-		{name: "quarter full, push first", push: 4*ringMinCap + 1, pop: 3 * ringMinCap},
-		{name: "quarter full, pop first", push: 4*ringMinCap + 1, pop: 3 * ringMinCap, popFirst: true},
+		{name: "quarter full, push first", push: 4*keep + 1, pop: 3 * keep},
+		{name: "quarter full, pop first", push: 4*keep + 1, pop: 3 * keep, popFirst: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -178,13 +207,14 @@ func TestRing_PopZeroesSlot(t *testing.T) {
 
 func TestRing_ShrinkDropsReferences(t *testing.T) {
 	var r Ring[*int]
-	for i := range 100 {
+	n := 4 * r.keepCap()
+	for i := range n {
 		r.Push(&i)
 	}
-	for range 99 {
+	for range n - 1 {
 		_, _ = r.Pop()
 	}
-	require.Equal(t, ringMinCap, r.Cap())
+	require.Equal(t, r.keepCap(), r.Cap(), "shrunk")
 	live := 0
 	for _, p := range r.buf {
 		if p != nil {
