@@ -179,11 +179,11 @@ func (f *DeltaFIFO[K, T]) transformLocked(key K, obj T) (T, error) {
 
 // queueLocked appends d to key's deltas, queueing the key if needed.
 func (f *DeltaFIFO[K, T]) queueLocked(key K, d Delta[T]) *pending[T] {
-	p, queued := f.q.find(key)
+	p, queued := f.q.findOrPush(key)
 	if queued {
 		p.deltas = appendDelta(p.deltas, d)
 	} else {
-		p = f.q.push(key, pending[T]{deltas: Deltas[T]{d}})
+		p.deltas = Deltas[T]{d}
 	}
 	f.cond.Broadcast()
 	return p
@@ -229,11 +229,10 @@ func (f *DeltaFIFO[K, T]) AddIfNotPresent(key K, deltas Deltas[T]) error {
 
 // requeueLocked queues deltas under key if key is not queued.
 func (f *DeltaFIFO[K, T]) requeueLocked(key K, deltas Deltas[T]) {
-	if _, queued := f.q.find(key); queued {
-		return
+	if p, queued := f.q.findOrPush(key); !queued {
+		p.deltas = deltas
+		f.cond.Broadcast()
 	}
-	f.q.push(key, pending[T]{deltas: deltas})
-	f.cond.Broadcast()
 }
 
 // Replace records a relist: list is the whole content of the source as of

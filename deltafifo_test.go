@@ -922,8 +922,8 @@ func TestDeltaFIFO_ConcurrentProducersAndPoppersLoseNothing(t *testing.T) {
 	}
 }
 
-// Thousands of keys cross the storage's chunk boundaries and make it drop
-// and rebuild its index; order and deltas must not notice.
+// Thousands of keys cross the storage's chunk boundaries and make its
+// index grow, drain and fill again; order and deltas must not notice.
 func TestDeltaFIFO_KeepsOrderAcrossLargeBursts(t *testing.T) {
 	name := func(i int) string { return fmt.Sprintf("k%05d", i) }
 	f := newTestDeltaFIFO(nil, false)
@@ -983,6 +983,5 @@ func TestDeltaFIFO_KeepsOrderAcrossLargeBursts(t *testing.T) {
 				require.Equal(t, Deltas[obj]{added(obj{p.key, 1}), synced(obj{p.key, 3})}, p.deltas)
 			}
 		}
-		assert.Nil(t, f.q.index, "the drained queue let its large index go")
 	}
 }

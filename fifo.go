@@ -78,19 +78,14 @@ func (f *FIFO[K, T]) put(obj T, overwrite bool) error {
 // putLocked stores obj under key, queueing the key if it is not queued.
 // If overwrite is false, an existing value is kept.
 func (f *FIFO[K, T]) putLocked(key K, obj T, overwrite bool) {
-	if it, queued := f.q.find(key); queued {
-		if !it.deleted && !overwrite {
-			return
-		}
-		if it.deleted {
-			it.deleted = false
-			f.live++
-		}
-		it.obj = obj
-	} else {
-		f.q.push(key, fifoItem[T]{obj: obj})
+	it, queued := f.q.findOrPush(key)
+	if queued && !it.deleted && !overwrite {
+		return
+	}
+	if !queued || it.deleted {
 		f.live++
 	}
+	*it = fifoItem[T]{obj: obj}
 	f.cond.Broadcast()
 }
 
@@ -143,11 +138,13 @@ func (f *FIFO[K, T]) Replace(list []T, _ string) error {
 	next.reserve(len(vals))
 	for key := range f.q.all() {
 		if obj, listed := vals[key]; listed {
-			next.push(key, fifoItem[T]{obj: obj})
+			it, _ := next.findOrPush(key)
+			it.obj = obj
 		}
 	}
 	for _, key := range fresh {
-		next.push(key, fifoItem[T]{obj: vals[key]})
+		it, _ := next.findOrPush(key)
+		it.obj = vals[key]
 	}
 	f.q, f.live = next, next.len()
 	f.initial.replacedLocked(f.q.len())
@@ -385,159 +382,4 @@ func waitLocked[K comparable, V any](ctx context.Context, b *queueBase, q *keyed
 		b.cond.Wait()
 	}
 	return ctx.Err()
-}
-
-// keyedQueue is the storage of both queues: a FIFO of values, at most one
-// per key, that also finds a value by its key. Its zero value is empty and
-// ready to use.
-type keyedQueue[K comparable, V any] struct {
-	index map[K]uint64 // key -> sequence number of its entry in order
-	order seqQueue[keyedEntry[K, V]]
-	// peak is the largest length since index was made. Go maps never
-	// shrink, so after a burst (an initial list of a million keys, say)
-	// the index would pin its memory for the life of the queue; pop
-	// drops it once the queue drains, if it grew large.
-	peak int
-}
-
-type keyedEntry[K comparable, V any] struct {
-	key K
-	val V
-}
-
-// keepIndexUpTo is the peak length up to which a drained queue keeps its
-// index map rather than letting it be collected.
-const keepIndexUpTo = 1024
-
-func (q *keyedQueue[K, V]) len() int { return q.order.len() }
-
-// find returns the value queued under key. The pointer stays valid until
-// key is popped.
-func (q *keyedQueue[K, V]) find(key K) (*V, bool) {
-	seq, ok := q.index[key]
-	if !ok {
-		return nil, false
-	}
-	return &q.order.at(seq).val, true
-}
-
-// push queues val under key, which must not be queued, and returns a
-// pointer to the queued value.
-func (q *keyedQueue[K, V]) push(key K, val V) *V {
-	if q.index == nil {
-		q.index = make(map[K]uint64)
-	}
-	seq := q.order.push(keyedEntry[K, V]{key: key, val: val})
-	q.index[key] = seq
-	q.peak = max(q.peak, q.order.len())
-	return &q.order.at(seq).val
-}
-
-// pop removes and returns the front key and its value; the queue must not
-// be empty.
-func (q *keyedQueue[K, V]) pop() (K, V) {
-	e := q.order.pop()
-	delete(q.index, e.key)
-	if q.order.len() == 0 && q.peak > keepIndexUpTo {
-		q.index, q.peak = nil, 0
-	}
-	return e.key, e.val
-}
-
-// reserve prepares an empty queue for n keys, so that a large Replace
-// does not grow the index step by step. It does nothing to a queue that
-// holds keys: moving them to a larger map would cost what it saves.
-func (q *keyedQueue[K, V]) reserve(n int) {
-	if q.order.len() == 0 && n > keepIndexUpTo {
-		q.index, q.peak = make(map[K]uint64, n), 0
-	}
-}
-
-// all yields every queued key and a pointer to its value, front first.
-// The loop may change values but must not push or pop.
-func (q *keyedQueue[K, V]) all() iter.Seq2[K, *V] {
-	return func(yield func(K, *V) bool) {
-		for seq := range q.order.seqs() {
-			e := q.order.at(seq)
-			if !yield(e.key, &e.val) {
-				return
-			}
-		}
-	}
-}
-
-// seqQueue is a FIFO of entries addressed by sequence number: push
-// numbers entries consecutively, and an entry keeps its number until it is
-// popped. So a map from key to sequence number finds a queued entry and is
-// not touched by the pops of other entries.
-//
-// Entries live in fixed-size chunks. Growing adds a chunk and never copies
-// entries; a chunk is released as soon as its last entry is popped, so
-// memory follows the queue's length down after a burst (a long-lived
-// re-sliced slice, q = q[1:], would keep its whole backing array), and
-// filling and draining a large queue costs no copying either way.
-type seqQueue[E any] struct {
-	chunks [][]E  // chunks[i] holds sequence numbers base+i*chunkLen up to base+(i+1)*chunkLen
-	base   uint64 // first sequence number of chunks[0], a multiple of chunkLen
-	head   uint64 // sequence number of the front entry
-	tail   uint64 // sequence number the next push gets
-	spare  []E    // an emptied chunk kept for reuse, so that a queue hovering at a chunk boundary does not allocate
-}
-
-const chunkLen = 256
-
-func (q *seqQueue[E]) len() int { return int(q.tail - q.head) }
-
-// at returns the queued entry numbered seq; head <= seq < tail.
-func (q *seqQueue[E]) at(seq uint64) *E {
-	off := seq - q.base
-	return &q.chunks[off/chunkLen][off%chunkLen]
-}
-
-// seqs yields the sequence numbers of the queued entries, front first.
-// The queue must not change during the loop.
-func (q *seqQueue[E]) seqs() iter.Seq[uint64] {
-	return func(yield func(uint64) bool) {
-		for seq := q.head; seq != q.tail; seq++ {
-			if !yield(seq) {
-				return
-			}
-		}
-	}
-}
-
-// push appends e and returns its sequence number.
-func (q *seqQueue[E]) push(e E) uint64 {
-	if q.tail-q.base == uint64(len(q.chunks))*chunkLen {
-		c := q.spare
-		if c == nil {
-			c = make([]E, chunkLen)
-		}
-		q.spare = nil
-		q.chunks = append(q.chunks, c)
-	}
-	seq := q.tail
-	*q.at(seq) = e
-	q.tail++
-	return seq
-}
-
-// pop removes and returns the front entry; the queue must not be empty.
-func (q *seqQueue[E]) pop() E {
-	slot := q.at(q.head)
-	e := *slot
-	var zero E
-	*slot = zero // let what the entry points to be collected
-	q.head++
-	if q.head-q.base == chunkLen {
-		// The first chunk is used up. Shifting the chunk list down
-		// copies a pointer per chunk once per chunkLen pops, which is
-		// cheap, and unlike re-slicing it keeps nothing alive.
-		q.spare = q.chunks[0]
-		n := copy(q.chunks, q.chunks[1:])
-		q.chunks[n] = nil
-		q.chunks = q.chunks[:n]
-		q.base += chunkLen
-	}
-	return e
 }
