@@ -132,7 +132,7 @@ func (f *DeltaFIFO[K, T]) add(typ DeltaType, obj T) error {
 		return err
 	}
 	f.initial.populateLocked()
-	f.queueLocked(key, Delta[T]{Type: typ, Object: obj})
+	f.queueLocked(key, Delta[T]{Type: typ, Object: obj}, watchRoom)
 	return nil
 }
 
@@ -161,7 +161,7 @@ func (f *DeltaFIFO[K, T]) Delete(obj T) error {
 	if obj, err = f.transformLocked(key, obj); err != nil {
 		return err
 	}
-	f.queueLocked(key, Delta[T]{Type: Deleted, Object: obj})
+	f.queueLocked(key, Delta[T]{Type: Deleted, Object: obj}, watchRoom)
 	return nil
 }
 
@@ -177,13 +177,26 @@ func (f *DeltaFIFO[K, T]) transformLocked(key K, obj T) (T, error) {
 	return out, nil
 }
 
-// queueLocked appends d to key's deltas, queueing the key if needed.
-func (f *DeltaFIFO[K, T]) queueLocked(key K, d Delta[T]) *pending[T] {
+// Room for deltas that a key's slice gets when the key is queued. When
+// the consumer falls behind, which is when the queue's speed matters, a
+// key that a watch event queued is likely to change again before it is
+// popped; room for a second delta then spares an allocation and a copy,
+// for the price of one unused Delta in a key popped with one. A relist
+// or a resync queues every key at once, with a delta that is rarely
+// followed by another before the pop: those get room for one.
+const (
+	watchRoom = 2
+	listRoom  = 1
+)
+
+// queueLocked appends d to key's deltas, queueing the key if needed with
+// room for room deltas.
+func (f *DeltaFIFO[K, T]) queueLocked(key K, d Delta[T], room int) *pending[T] {
 	p, queued := f.q.findOrPush(key)
 	if queued {
 		p.deltas = appendDelta(p.deltas, d)
 	} else {
-		p.deltas = Deltas[T]{d}
+		p.deltas = append(make(Deltas[T], 0, room), d)
 	}
 	f.cond.Broadcast()
 	return p
@@ -204,9 +217,9 @@ func appendDelta[T any](ds Deltas[T], d Delta[T]) Deltas[T] {
 		return ds
 	}
 	if n := len(ds); n > 0 && n == cap(ds) {
-		// A key that gathers a second delta before it is popped is
-		// likely a busy one that will gather more: grow to 4 at once
-		// rather than through 2.
+		// A key that outgrew its room before it is popped is likely a
+		// busy one that will gather more: grow to 4 or more at once
+		// rather than through doubling from 1.
 		ds = slices.Grow(ds, max(n, 3))
 	}
 	return append(ds, d)
@@ -276,7 +289,7 @@ func (f *DeltaFIFO[K, T]) Replace(list []T, _ string) error {
 			}
 			continue
 		}
-		f.queueLocked(key, Delta[T]{Type: f.listedType, Object: obj}).listedIn = epoch
+		f.queueLocked(key, Delta[T]{Type: f.listedType, Object: obj}, listRoom).listedIn = epoch
 	}
 
 	for _, p := range f.q.all() {
@@ -294,7 +307,7 @@ func (f *DeltaFIFO[K, T]) Replace(list []T, _ string) error {
 			if _, ok := failed[key]; ok {
 				continue
 			}
-			f.queueLocked(key, Delta[T]{Type: Deleted, Object: obj, Tombstone: true})
+			f.queueLocked(key, Delta[T]{Type: Deleted, Object: obj, Tombstone: true}, listRoom)
 		}
 	}
 
@@ -319,7 +332,7 @@ func (f *DeltaFIFO[K, T]) Resync() error {
 	defer f.mu.Unlock()
 	for key, obj := range f.known.All() {
 		if _, queued := f.q.find(key); !queued {
-			f.queueLocked(key, Delta[T]{Type: Sync, Object: obj})
+			f.queueLocked(key, Delta[T]{Type: Sync, Object: obj}, listRoom)
 		}
 	}
 	return nil

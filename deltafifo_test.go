@@ -985,3 +985,34 @@ func TestDeltaFIFO_KeepsOrderAcrossLargeBursts(t *testing.T) {
 		}
 	}
 }
+
+// A queue that fills and drains again and again, each key added and then
+// updated before its pop, allocates once per key: the slice its deltas are
+// handed out in. The index is kept from one burst to the next and the
+// second delta fits in the first one's slice; only the storage's chunks
+// are allocated again, at most keys/chunkLen+1 of them (a burst spans
+// keys/chunkLen+2 chunks, one of which is the spare the last burst left).
+func TestDeltaFIFO_AllocatesOncePerKeyAddedAndUpdated(t *testing.T) {
+	const keys = 3000
+	objs := make([]obj, keys)
+	for i := range objs {
+		objs[i] = obj{fmt.Sprintf("k%05d", i), 1}
+	}
+	f := newTestDeltaFIFO(nil, false)
+	ctx := context.Background()
+	process := func(string, Deltas[obj], bool) error { return nil }
+	burst := func() {
+		for _, o := range objs {
+			_ = f.Add(o)
+		}
+		for _, o := range objs {
+			_ = f.Update(o)
+		}
+		for range keys {
+			_ = f.Pop(ctx, process)
+		}
+	}
+	burst() // the first burst makes the index
+	allocs := testing.AllocsPerRun(5, burst)
+	assert.LessOrEqual(t, allocs, float64(keys+keys/chunkLen+1), "allocations per burst of %d keys", keys)
+}
