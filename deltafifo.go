@@ -218,9 +218,8 @@ func appendDelta[T any](ds Deltas[T], d Delta[T]) Deltas[T] {
 	}
 	if n := len(ds); n > 0 && n == cap(ds) {
 		// A key that outgrew its room before it is popped is likely a
-		// busy one that will gather more: grow to 4 or more at once
-		// rather than through doubling from 1.
-		ds = slices.Grow(ds, max(n, 3))
+		// busy one that will gather more: double, to 4 at least.
+		ds = slices.Grow(ds, max(n, 4-n))
 	}
 	return append(ds, d)
 }

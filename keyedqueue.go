@@ -39,13 +39,15 @@ type keyedQueue[K comparable, V any] struct {
 	// then: free for a push, but a probe must go on past them.
 	epoch uint64
 	used  int // slots numbering entries at or above epoch
-	limit int // used may not exceed limit: 3/4 of len(slots)
+	limit int // used never exceeds limit, 3/4 of len(slots)
 
 	// peak is the largest length since the queue last drained; recent
 	// is the peak of recent bursts, halved at every drain that does not
 	// reach it. The table shrinks when it is much larger than recent
 	// needs, so memory follows the bursts down without a burst of the
-	// same size having to grow it again.
+	// same size having to grow it again. Until then (for ever, if the
+	// queue stays idle) a burst of n keys leaves a table of at most
+	// max(minSlots, 16n/3) slots.
 	peak, recent int
 }
 
@@ -217,8 +219,8 @@ func (q *keyedQueue[K, V]) all() iter.Seq2[K, *V] {
 
 // seqQueue is a FIFO of entries addressed by sequence number: push
 // numbers entries consecutively, and an entry keeps its number until it is
-// popped. So an index from key to sequence number finds a queued entry and is
-// not touched by the pops of other entries.
+// popped. So an index from key to sequence number finds a queued entry,
+// and the pops of other entries do not move it.
 //
 // Entries live in fixed-size chunks. Growing adds a chunk and never copies
 // entries; a chunk is released as soon as its last entry is popped, so
