@@ -131,9 +131,10 @@ type reflectorCounters struct {
 // Reflector mirrors a ListWatcher into a ReflectorStore. It lists the
 // source and hands the list to the store's Replace, then watches the
 // changes after the list's version and applies them in order: EventAdded
-// as Add, EventModified as Update, EventDeleted as Delete; a bookmark only
-// moves the version on. What follows the end of a watch depends on why it
-// ended:
+// as Add, EventModified as Update, EventDeleted as Delete (or, if the
+// event is KeyOnly, as DeleteKeyOnly on a store that is a KeyOnlyDeleter);
+// a bookmark only moves the version on. What follows the end of a watch
+// depends on why it ended:
 //
 //   - normally (io.EOF): a watch from the last version seen, at once;
 //     but a watch that lasted under a second without any event is
@@ -158,7 +159,8 @@ type reflectorCounters struct {
 type Reflector[T any] struct {
 	lw      ListWatcher[T]
 	store   ReflectorStore[T]
-	opts    ReflectorOptions // defaults filled in
+	keyOnly KeyOnlyDeleter[T] // store, if it is one
+	opts    ReflectorOptions  // defaults filled in
 	logger  *slog.Logger
 	prefix  string // starts every reported error
 	onError func(error)
@@ -242,6 +244,7 @@ func NewReflector[T any](lw ListWatcher[T], store ReflectorStore[T], opts Reflec
 	if r.onError == nil {
 		r.onError = func(err error) { logger.Warn("reflector error", "err", err) }
 	}
+	r.keyOnly, _ = store.(KeyOnlyDeleter[T])
 	return r
 }
 
@@ -586,7 +589,11 @@ func (r *Reflector[T]) apply(ev Event[T]) {
 	case EventModified:
 		err = r.store.Update(ev.Object)
 	case EventDeleted:
-		err = r.store.Delete(ev.Object)
+		if ev.KeyOnly && r.keyOnly != nil {
+			err = r.keyOnly.DeleteKeyOnly(ev.Object)
+		} else {
+			err = r.store.Delete(ev.Object)
+		}
 	case EventBookmark:
 	case EventError:
 		err = eventErr(ev)
