@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -377,30 +376,39 @@ func (r *Reflector[T]) list(ctx context.Context) error {
 // after the first.
 func (r *Reflector[T]) listPages(ctx context.Context, rv string, limit int64) (items []T, listRV string, midList bool, err error) {
 	opts := ListOptions{ResourceVersion: rv, Limit: limit}
+	// The pages are joined once the last is in, into a slice of the
+	// right size: appending page by page would copy the items again at
+	// every doubling, a good share of an informer's initial sync.
+	var pages [][]T
+	n := 0
 	for page := 1; ; page++ {
 		res, err := r.lw.List(ctx, opts)
 		if err != nil {
 			return nil, "", page > 1, r.errorf("list at version %q, page %d: %w", rv, page, err)
 		}
-		switch page {
-		case 1:
-			// A one-page list hands the source's slice on as it is.
-			items, listRV = res.Items, res.ResourceVersion
-		case 2:
-			// Copy rather than append into the source's array.
-			items = append(slices.Clip(items), res.Items...)
-		default:
-			items = append(items, res.Items...)
+		if page == 1 {
+			listRV = res.ResourceVersion
 		}
+		pages = append(pages, res.Items)
+		n += len(res.Items)
 		for _, skipped := range res.Skipped {
 			r.report(r.errorf("list at version %q: %w", listRV, skipped))
 		}
 		if res.Continue == "" {
-			return items, listRV, false, nil
+			break
 		}
 		// The continue token fixes the version of the later pages.
 		opts = ListOptions{Limit: limit, Continue: res.Continue}
 	}
+	if len(pages) == 1 {
+		// A one-page list hands the source's slice on as it is.
+		return pages[0], listRV, false, nil
+	}
+	items = make([]T, 0, n)
+	for _, p := range pages {
+		items = append(items, p...)
+	}
+	return items, listRV, false, nil
 }
 
 // streamList asks for a streaming list from rv, gathers its initial
