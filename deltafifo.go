@@ -24,11 +24,12 @@ type QueuedDeltas[K comparable, T any] struct {
 // TransformFunc rewrites an object as it enters a DeltaFIFO, typically to
 // drop fields the consumer does not need and so save memory. It runs once
 // on each object given to Add, Update, Delete or Replace, before the
-// object is queued, and never on a tombstone or on the object of a
-// Resync's Sync delta: those came from the queue or from KnownObjects and
-// were transformed already. It may modify obj in place: the queue is the
-// first to see it. It is called with the queue's lock held, so it must be
-// quick and must not call the queue's methods. An error skips the object.
+// object is queued, and never on a tombstone, on the object of a Resync's
+// Sync delta or on the object DeleteKeyOnly finds: those came from the
+// queue or from KnownObjects and were transformed already. It may modify
+// obj in place: the queue is the first to see it. It is called with the
+// queue's lock held, so it must be quick and must not call the queue's
+// methods. An error skips the object.
 type TransformFunc[T any] func(obj T) (T, error)
 
 // DeltaFIFOOptions configures a DeltaFIFO. Only KeyFunc is required.
@@ -111,7 +112,10 @@ func NewDeltaFIFO[K comparable, T any](opts DeltaFIFOOptions[K, T]) *DeltaFIFO[K
 	return f
 }
 
-var _ ReflectorStore[int] = (*DeltaFIFO[string, int])(nil)
+var (
+	_ ReflectorStore[int] = (*DeltaFIFO[string, int])(nil)
+	_ KeyOnlyDeleter[int] = (*DeltaFIFO[string, int])(nil)
+)
 
 // Add queues an Added delta for obj. If the key function or the
 // transformer fails, Add returns the error (a *KeyError for the key
@@ -142,7 +146,15 @@ func (f *DeltaFIFO[K, T]) add(typ DeltaType, obj T) error {
 // deletions in a row only one is kept (see Replace). If the key function
 // or the transformer fails, Delete returns the error (a *KeyError for the
 // key function) and changes nothing.
-func (f *DeltaFIFO[K, T]) Delete(obj T) error {
+func (f *DeltaFIFO[K, T]) Delete(obj T) error { return f.delete(obj, false) }
+
+// DeleteKeyOnly is Delete for an obj that identifies the object but does
+// not hold its last state (see Event.KeyOnly): the Deleted delta carries
+// the last state the queue knows instead, the key's newest queued object
+// or else its object in KnownObjects, which is not transformed again.
+func (f *DeltaFIFO[K, T]) DeleteKeyOnly(obj T) error { return f.delete(obj, true) }
+
+func (f *DeltaFIFO[K, T]) delete(obj T, keyOnly bool) error {
 	key, err := keyOf(f.keyFunc, obj)
 	if err != nil {
 		return err
@@ -150,19 +162,30 @@ func (f *DeltaFIFO[K, T]) Delete(obj T) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.initial.populateLocked()
-	if _, queued := f.q.find(key); !queued {
-		if f.known == nil {
-			return nil
-		}
-		if _, known := f.known.GetByKey(key); !known {
-			return nil
-		}
+	last, ok := f.lastLocked(key)
+	if !ok {
+		return nil
 	}
-	if obj, err = f.transformLocked(key, obj); err != nil {
+	if keyOnly {
+		obj = last
+	} else if obj, err = f.transformLocked(key, obj); err != nil {
 		return err
 	}
 	f.queueLocked(key, Delta[T]{Type: Deleted, Object: obj}, watchRoom)
 	return nil
+}
+
+// lastLocked returns the newest state of key the queue knows: its newest
+// queued object, or else its object in KnownObjects.
+func (f *DeltaFIFO[K, T]) lastLocked(key K) (T, bool) {
+	if p, queued := f.q.find(key); queued {
+		return p.deltas[len(p.deltas)-1].Object, true
+	}
+	if f.known == nil {
+		var zero T
+		return zero, false
+	}
+	return f.known.GetByKey(key)
 }
 
 // transformLocked applies the transformer, if any, to obj.

@@ -177,6 +177,52 @@ func TestDeltaFIFO_DeleteOfUnknownKeyIsNoOp(t *testing.T) {
 	}
 }
 
+func TestDeltaFIFO_DeleteKeyOnlyCarriesTheLastStateTheQueueKnows(t *testing.T) {
+	tests := []struct {
+		name  string
+		known knownMap // nil: no KnownObjects
+		ops   func(f *DeltaFIFO[string, obj])
+		want  Deltas[obj]
+	}{
+		{name: "no KnownObjects, not queued: dropped"},
+		{name: "no KnownObjects, queued: the newest queued object",
+			ops:  func(f *DeltaFIFO[string, obj]) { _ = f.Add(obj{"a", 1}); _ = f.Update(obj{"a", 2}) },
+			want: Deltas[obj]{added(obj{"a", 1}), updated(obj{"a", 2}), deleted(obj{"a", 2})}},
+		{name: "known, not queued: the known object", known: knownMap{"a": {"a", 1}},
+			want: Deltas[obj]{deleted(obj{"a", 1})}},
+		{name: "known and queued: the queued object, which is newer", known: knownMap{"a": {"a", 1}},
+			ops:  func(f *DeltaFIFO[string, obj]) { _ = f.Update(obj{"a", 2}) },
+			want: Deltas[obj]{updated(obj{"a", 2}), deleted(obj{"a", 2})}},
+		{name: "unknown, not queued: dropped", known: knownMap{"z": {"z", 1}}},
+		{name: "after a tombstone: an observed deletion, which replaces it", known: knownMap{"a": {"a", 1}},
+			ops:  func(f *DeltaFIFO[string, obj]) { _ = f.Replace(nil, "") },
+			want: Deltas[obj]{deleted(obj{"a", 1})}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			transforms := 0
+			opts := DeltaFIFOOptions[string, obj]{KeyFunc: objKey, Transformer: func(o obj) (obj, error) {
+				transforms++
+				return o, nil
+			}}
+			if tt.known != nil {
+				opts.KnownObjects = tt.known
+			}
+			f := NewDeltaFIFO(opts)
+			if tt.ops != nil {
+				tt.ops(f)
+			}
+			before := transforms
+			require.NoError(t, f.DeleteKeyOnly(obj{name: "a"}))
+			assert.Equal(t, before, transforms, "the object found is not transformed again")
+			got, ok := f.GetByKey("a")
+			assert.Equal(t, tt.want != nil, ok)
+			assert.Equal(t, tt.want, got)
+		})
+	}
+	require.ErrorIs(t, newTestDeltaFIFO(nil, false).DeleteKeyOnly(obj{name: "bad"}), errBadKey)
+}
+
 func TestDeltaFIFO_ConsecutiveDeletionsCollapse(t *testing.T) {
 	tests := []struct {
 		name string

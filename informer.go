@@ -347,7 +347,11 @@ func (inf *Informer[K, T]) applyEntries(batch []inOrderEntry[K, T]) {
 		initial := e.completesSync && !inf.synced.Load()
 		switch e.kind {
 		case entryDelta:
-			inf.applyDelta(e.key, e.delta, false)
+			if e.keyOnly {
+				inf.applyDelete(e.key, e.delta, true)
+			} else {
+				inf.applyDelta(e.key, e.delta, false)
+			}
 		case entryReplace:
 			inf.applyReplace(e.list, initial)
 		case entryResync:
@@ -396,19 +400,7 @@ func (inf *Informer[K, T]) deleteUnlisted(list []keyed[K, T]) {
 func (inf *Informer[K, T]) applyDelta(key K, d Delta[T], initial bool) {
 	switch d.Type {
 	case Deleted:
-		old, existed := inf.cache.DeleteKey(key)
-		if !existed {
-			// Never applied here, so no handler has seen it: there is
-			// nothing to delete. (The in-order queue relies on this; it
-			// queues deletes without knowing the cache.)
-			return
-		}
-		obj := d.Object
-		if d.Tombstone {
-			// The cache holds the last state this side applied.
-			obj = old
-		}
-		inf.proc.distribute(notification[K, T]{kind: notifyDelete, key: key, obj: obj, unknown: d.Tombstone}, false)
+		inf.applyDelete(key, d, false)
 	default: // Added, Updated, Replaced, Sync
 		old, existed, err := inf.cache.Set(key, d.Object)
 		if err != nil {
@@ -424,6 +416,26 @@ func (inf *Informer[K, T]) applyDelta(key K, d Delta[T], initial bool) {
 				inf.opts.ResourceVersion(old) == inf.opts.ResourceVersion(d.Object))
 		inf.proc.distribute(notification[K, T]{kind: notifyUpdate, key: key, old: old, obj: d.Object}, isSync)
 	}
+}
+
+// applyDelete removes key from the cache and notifies the handlers of the
+// Deleted delta d. keyOnly says that d's object holds only the key.
+func (inf *Informer[K, T]) applyDelete(key K, d Delta[T], keyOnly bool) {
+	old, existed := inf.cache.DeleteKey(key)
+	if !existed {
+		// Never applied here, so no handler has seen it: there is
+		// nothing to delete. (The in-order queue relies on this; it
+		// queues deletes without knowing the cache.)
+		return
+	}
+	obj := d.Object
+	if d.Tombstone || keyOnly {
+		// The cache holds the last state this side applied. For a
+		// deletion the watch saw, that is the final state: every
+		// earlier change to the key was applied before it.
+		obj = old
+	}
+	inf.proc.distribute(notification[K, T]{kind: notifyDelete, key: key, obj: obj, unknown: d.Tombstone}, false)
 }
 
 func (inf *Informer[K, T]) markSynced() {
@@ -453,6 +465,9 @@ func (s fifoSyncWatch[K, T]) Delete(obj T) error { return s.after(s.inf.fifo.Del
 func (s fifoSyncWatch[K, T]) Resync() error      { return s.inf.fifo.Resync() }
 func (s fifoSyncWatch[K, T]) Replace(list []T, rv string) error {
 	return s.after(s.inf.fifo.Replace(list, rv))
+}
+func (s fifoSyncWatch[K, T]) DeleteKeyOnly(obj T) error {
+	return s.after(s.inf.fifo.DeleteKeyOnly(obj))
 }
 
 func (s fifoSyncWatch[K, T]) after(err error) error {

@@ -161,7 +161,17 @@ func (l *errorLog) all() []error {
 }
 
 func newFixture(t *testing.T, kind mirror.QueueKind, configure func(*mirror.InformerOptions[string, item])) *fixture {
+	return newFixtureOver(t, kind, nil, configure)
+}
+
+// newFixtureOver is newFixture whose informer reads the memsource through
+// wrap, if not nil.
+func newFixtureOver(t *testing.T, kind mirror.QueueKind, wrap func(*memsource.Source[item]) mirror.ListWatcher[item], configure func(*mirror.InformerOptions[string, item])) *fixture {
 	f := &fixture{t: t, src: memsource.New(itemName, memsource.Options{}), errs: &errorLog{}}
+	var lw mirror.ListWatcher[item] = f.src
+	if wrap != nil {
+		lw = wrap(f.src)
+	}
 	opts := mirror.InformerOptions[string, item]{
 		KeyFunc:      itemKey,
 		Queue:        kind,
@@ -173,7 +183,7 @@ func newFixture(t *testing.T, kind mirror.QueueKind, configure func(*mirror.Info
 	if configure != nil {
 		configure(&opts)
 	}
-	f.inf = mirror.NewInformer(f.src, opts)
+	f.inf = mirror.NewInformer(lw, opts)
 	return f
 }
 
@@ -189,6 +199,18 @@ func (f *fixture) start() {
 func (f *fixture) stop() {
 	f.cancel()
 	require.NoError(f.t, <-f.done)
+}
+
+// startRecording registers a recorder, starts the informer, waits until
+// it has synced and returns the recorder with the initial adds taken.
+func (f *fixture) startRecording() *recorder {
+	rec := &recorder{}
+	_, err := f.inf.AddEventHandler(rec, mirror.HandlerOptions{})
+	require.NoError(f.t, err)
+	f.start()
+	f.synced()
+	rec.take()
+	return rec
 }
 
 func (f *fixture) synced() {
@@ -676,6 +698,70 @@ func TestInformer_RelistDuringApplyLosesAndResurrectsNothing(t *testing.T) {
 		synctest.Wait()
 		assert.Equal(t, []string{"add b=1 initial=false", "delete a=1 unknown=true", "delete c=1 unknown=false"}, sorted(rec.take()))
 		assert.Equal(t, f.sourceState(), f.cacheState())
+		f.stop()
+	})
+}
+
+// keyOnlyDeletes is a source whose deletions carry the key alone, marked
+// KeyOnly, as the etcd adapter's do by default.
+type keyOnlyDeletes struct{ *memsource.Source[item] }
+
+func (s keyOnlyDeletes) Watch(ctx context.Context, opts mirror.WatchOptions) (mirror.Watcher[item], error) {
+	w, err := s.Source.Watch(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return keyOnlyWatcher{w}, nil
+}
+
+type keyOnlyWatcher struct{ mirror.Watcher[item] }
+
+func (w keyOnlyWatcher) Next(ctx context.Context) (mirror.Event[item], error) {
+	ev, err := w.Watcher.Next(ctx)
+	if ev.Type == mirror.EventDeleted {
+		ev.Object, ev.KeyOnly = item{Name: ev.Object.Name}, true
+	}
+	return ev, err
+}
+
+func TestInformer_KeyOnlyDeletionReachesHandlersWithTheLastStateApplied(t *testing.T) {
+	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
+		wrap := func(src *memsource.Source[item]) mirror.ListWatcher[item] { return keyOnlyDeletes{src} }
+		f := newFixtureOver(t, kind, wrap, func(o *mirror.InformerOptions[string, item]) {
+			o.Transform = func(it item) (item, error) {
+				it.Group = "t-" + it.Group
+				return it, nil
+			}
+		})
+		f.src.Put(item{Name: "listed", Group: "x", Val: 1})
+		f.src.Put(item{Name: "changed", Group: "x", Val: 1})
+		rec := f.startRecording()
+
+		f.src.Put(item{Name: "changed", Group: "y", Val: 2})
+		f.src.Put(item{Name: "watched", Group: "z", Val: 3})
+		synctest.Wait() // applied before the deletions are queued
+		f.src.Put(item{Name: "queued", Group: "q", Val: 4})
+		for _, n := range []string{"listed", "changed", "watched", "queued"} {
+			f.src.Delete(n)
+		}
+		synctest.Wait()
+
+		var deletes []event
+		for _, e := range rec.take() {
+			if e.Op == "delete" {
+				deletes = append(deletes, e)
+			}
+		}
+		// Each carries the state last applied (transformed, as it was
+		// cached), observed: not a key alone, not a tombstone.
+		assert.ElementsMatch(t, []event{
+			{Op: "delete", Obj: item{Name: "listed", Group: "t-x", Val: 1}},
+			{Op: "delete", Obj: item{Name: "changed", Group: "t-y", Val: 2}},
+			{Op: "delete", Obj: item{Name: "watched", Group: "t-z", Val: 3}},
+			{Op: "delete", Obj: item{Name: "queued", Group: "t-q", Val: 4}},
+		}, deletes)
+		assert.Empty(t, f.cacheState())
+		assert.Empty(t, f.errs.all())
 		f.stop()
 	})
 }

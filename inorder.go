@@ -49,6 +49,9 @@ type inOrderEntry[K comparable, T any] struct {
 	// completesSync marks the entry whose application makes the informer
 	// synced.
 	completesSync bool
+	// keyOnly marks a Deleted delta whose object holds only the key; the
+	// informer delivers the state its cache held instead.
+	keyOnly bool
 }
 
 type keyed[K comparable, T any] struct {
@@ -62,7 +65,10 @@ func newInOrderQueue[K comparable, T any](keyFunc KeyFunc[K, T], transform Trans
 	return q
 }
 
-var _ ReflectorStore[int] = (*inOrderQueue[int, int])(nil)
+var (
+	_ ReflectorStore[int] = (*inOrderQueue[int, int])(nil)
+	_ KeyOnlyDeleter[int] = (*inOrderQueue[int, int])(nil)
+)
 
 // Add queues an Added delta.
 func (q *inOrderQueue[K, T]) Add(obj T) error { return q.queueDelta(Added, obj) }
@@ -73,6 +79,17 @@ func (q *inOrderQueue[K, T]) Update(obj T) error { return q.queueDelta(Updated, 
 // Delete queues a Deleted delta. Whether the key is known is decided when
 // it is applied.
 func (q *inOrderQueue[K, T]) Delete(obj T) error { return q.queueDelta(Deleted, obj) }
+
+// DeleteKeyOnly queues a Deleted delta whose object holds only the key
+// (see Event.KeyOnly). It is not transformed: a transform may need more.
+func (q *inOrderQueue[K, T]) DeleteKeyOnly(obj T) error {
+	k, err := keyOf(q.keyFunc, obj)
+	if err != nil {
+		return err
+	}
+	q.push(inOrderEntry[K, T]{kind: entryDelta, key: k, delta: Delta[T]{Type: Deleted, Object: obj}, keyOnly: true})
+	return nil
+}
 
 // prepare computes obj's key and transforms it, as DeltaFIFO does.
 func (q *inOrderQueue[K, T]) prepare(obj T) (K, T, error) {

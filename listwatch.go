@@ -93,7 +93,8 @@ const (
 	// EventModified reports a changed object.
 	EventModified
 	// EventDeleted reports a deleted object; Object holds its last state
-	// as far as the source knows it.
+	// as far as the source knows it, or, if the event is KeyOnly, no more
+	// than what identifies it.
 	EventDeleted
 	// EventBookmark reports only that the source has reached
 	// ResourceVersion; Object is the zero value.
@@ -134,6 +135,16 @@ type Event[T any] struct {
 	// InitialEventsEnd is set on the EventBookmark that closes the initial
 	// state of a streaming list (WatchOptions.SendInitialEvents).
 	InitialEventsEnd bool
+
+	// KeyOnly is set on an EventDeleted whose Object identifies the
+	// object (the key function works on it) but does not hold its last
+	// state: the source was not asked for that state, or no longer has
+	// it. The Reflector hands such a deletion to the store's
+	// DeleteKeyOnly if it has one (see KeyOnlyDeleter), and the
+	// informer's queues then deliver the last state the mirror applied
+	// instead, which, for a deletion seen by a watch that missed
+	// nothing, is the object's final state.
+	KeyOnly bool
 
 	// Err is the problem an EventError reports; nil for every other type.
 	Err error
@@ -214,4 +225,16 @@ type ReflectorStore[T any] interface {
 	// Resync offers the current content again (see DeltaFIFO.Resync); a
 	// plain store does nothing.
 	Resync() error
+}
+
+// KeyOnlyDeleter is implemented by a ReflectorStore that can take a
+// deletion whose object holds only what identifies it (Event.KeyOnly) and
+// find the object's last state itself, as DeltaFIFO does. The Reflector
+// hands such deletions to DeleteKeyOnly where a store has it, and to
+// Delete otherwise: a store that needs nothing but the key to delete, as
+// Indexer and FIFO, loses nothing.
+type KeyOnlyDeleter[T any] interface {
+	// DeleteKeyOnly records that the object identified by obj left the
+	// source; obj need not hold its last state.
+	DeleteKeyOnly(obj T) error
 }

@@ -25,12 +25,13 @@ type Handler[T any] interface {
 	OnUpdate(oldObj, newObj T)
 
 	// OnDelete is called when an object leaves the cache. For an observed
-	// deletion, obj is what the source's delete event carried: normally
-	// the object's last state (a source that no longer has it may send
-	// less; the etcd adapter then sends the key alone). finalStateUnknown
-	// reports that the deletion was inferred by a relist, not observed;
-	// obj is then the last state the cache held, which may be older than
-	// the object's real final state.
+	// deletion, obj is the object's last state: what the source's delete
+	// event carried, or, if that held only the key (Event.KeyOnly, as
+	// from the etcd adapter), the state the cache held, which the watch
+	// kept current up to the deletion. finalStateUnknown reports that the
+	// deletion was inferred by a relist, not observed; obj is then the
+	// last state the cache held, which may be older than the object's
+	// real final state.
 	OnDelete(obj T, finalStateUnknown bool)
 }
 

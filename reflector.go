@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -131,9 +130,10 @@ type reflectorCounters struct {
 // Reflector mirrors a ListWatcher into a ReflectorStore. It lists the
 // source and hands the list to the store's Replace, then watches the
 // changes after the list's version and applies them in order: EventAdded
-// as Add, EventModified as Update, EventDeleted as Delete; a bookmark only
-// moves the version on. What follows the end of a watch depends on why it
-// ended:
+// as Add, EventModified as Update, EventDeleted as Delete (or, if the
+// event is KeyOnly, as DeleteKeyOnly on a store that is a KeyOnlyDeleter);
+// a bookmark only moves the version on. What follows the end of a watch
+// depends on why it ended:
 //
 //   - normally (io.EOF): a watch from the last version seen, at once;
 //     but a watch that lasted under a second without any event is
@@ -158,7 +158,8 @@ type reflectorCounters struct {
 type Reflector[T any] struct {
 	lw      ListWatcher[T]
 	store   ReflectorStore[T]
-	opts    ReflectorOptions // defaults filled in
+	keyOnly KeyOnlyDeleter[T] // store, if it is one
+	opts    ReflectorOptions  // defaults filled in
 	logger  *slog.Logger
 	prefix  string // starts every reported error
 	onError func(error)
@@ -242,6 +243,7 @@ func NewReflector[T any](lw ListWatcher[T], store ReflectorStore[T], opts Reflec
 	if r.onError == nil {
 		r.onError = func(err error) { logger.Warn("reflector error", "err", err) }
 	}
+	r.keyOnly, _ = store.(KeyOnlyDeleter[T])
 	return r
 }
 
@@ -374,30 +376,39 @@ func (r *Reflector[T]) list(ctx context.Context) error {
 // after the first.
 func (r *Reflector[T]) listPages(ctx context.Context, rv string, limit int64) (items []T, listRV string, midList bool, err error) {
 	opts := ListOptions{ResourceVersion: rv, Limit: limit}
+	// The pages are joined once the last is in, into a slice of the
+	// right size: appending page by page would copy the items again at
+	// every doubling, a good share of an informer's initial sync.
+	var pages [][]T
+	n := 0
 	for page := 1; ; page++ {
 		res, err := r.lw.List(ctx, opts)
 		if err != nil {
 			return nil, "", page > 1, r.errorf("list at version %q, page %d: %w", rv, page, err)
 		}
-		switch page {
-		case 1:
-			// A one-page list hands the source's slice on as it is.
-			items, listRV = res.Items, res.ResourceVersion
-		case 2:
-			// Copy rather than append into the source's array.
-			items = append(slices.Clip(items), res.Items...)
-		default:
-			items = append(items, res.Items...)
+		if page == 1 {
+			listRV = res.ResourceVersion
 		}
+		pages = append(pages, res.Items)
+		n += len(res.Items)
 		for _, skipped := range res.Skipped {
 			r.report(r.errorf("list at version %q: %w", listRV, skipped))
 		}
 		if res.Continue == "" {
-			return items, listRV, false, nil
+			break
 		}
 		// The continue token fixes the version of the later pages.
 		opts = ListOptions{Limit: limit, Continue: res.Continue}
 	}
+	if len(pages) == 1 {
+		// A one-page list hands the source's slice on as it is.
+		return pages[0], listRV, false, nil
+	}
+	items = make([]T, 0, n)
+	for _, p := range pages {
+		items = append(items, p...)
+	}
+	return items, listRV, false, nil
 }
 
 // streamList asks for a streaming list from rv, gathers its initial
@@ -586,7 +597,11 @@ func (r *Reflector[T]) apply(ev Event[T]) {
 	case EventModified:
 		err = r.store.Update(ev.Object)
 	case EventDeleted:
-		err = r.store.Delete(ev.Object)
+		if ev.KeyOnly && r.keyOnly != nil {
+			err = r.keyOnly.DeleteKeyOnly(ev.Object)
+		} else {
+			err = r.store.Delete(ev.Object)
+		}
 	case EventBookmark:
 	case EventError:
 		err = eventErr(ev)

@@ -285,6 +285,42 @@ func TestReflector_AppliesEventsInOrderAndAdvancesVersion(t *testing.T) {
 	})
 }
 
+// keyOnlyStore is a recStore that takes key-only deletions apart.
+type keyOnlyStore struct{ *recStore }
+
+func (s keyOnlyStore) DeleteKeyOnly(obj tobj) error { return s.record("delete-key-only", obj) }
+
+func TestReflector_KeyOnlyDeletionGoesToDeleteKeyOnlyWhereTheStoreHasIt(t *testing.T) {
+	keyOnly := step{ev: Event[tobj]{Type: EventDeleted, Object: tobj{Key: "a"}, ResourceVersion: "12", KeyOnly: true}}
+	for _, tc := range []struct {
+		name    string
+		store   func(*recStore) ReflectorStore[tobj]
+		wantLog []string
+	}{
+		{"KeyOnlyDeleter", func(s *recStore) ReflectorStore[tobj] { return keyOnlyStore{s} },
+			[]string{"replace@10 []", "delete-key-only a=", "delete b=2"}},
+		{"plain store", func(s *recStore) ReflectorStore[tobj] { return s },
+			[]string{"replace@10 []", "delete a=", "delete b=2"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				lw, rec := newFakeLW(), newRecStore()
+				r := NewReflector[tobj](lw, tc.store(rec), ReflectorOptions{})
+				lw.page("10", "")
+				lw.watch(keyOnly, deletedEvent("b", "2", "13"))
+				ctx, cancel := context.WithCancel(t.Context())
+				done := make(chan struct{})
+				go func() { defer close(done); r.Run(ctx) }()
+				synctest.Wait()
+				assert.Equal(t, tc.wantLog, rec.Log())
+				assert.Equal(t, "13", r.LastSyncResourceVersion())
+				cancel()
+				<-done
+			})
+		})
+	}
+}
+
 func TestReflector_WatchEndedNormallyRewatchesFromLastVersionAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newRig(ReflectorOptions{})

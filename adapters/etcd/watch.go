@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/listwatch/mirror"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/metadata"
 )
@@ -35,15 +36,14 @@ var (
 // after opts.ResourceVersion ("" or "0": from now).
 //
 // Puts become EventAdded (a key's creation) or EventModified; deletions
-// become EventDeleted carrying the key's last value when etcd still has it,
-// and the key alone when it was compacted away or fails to decode. A put
-// whose value fails to decode becomes an EventError with an
-// *mirror.ObjectError followed by an EventDeleted of the key (carrying its
-// previous value when that decodes): the mirror drops a key it cannot
-// represent, as a relist would, instead of keeping a stale value. The
-// stream goes on. Every event's
-// ResourceVersion is its revision. With opts.AllowBookmarks, etcd's
-// progress notifications become EventBookmark events.
+// become EventDeleted carrying the key alone, marked mirror.Event.KeyOnly,
+// or, with Options.PrevValues, the key's last value when etcd still has it
+// and it decodes. A put whose value fails to decode becomes an EventError
+// with an *mirror.ObjectError followed by an EventDeleted of the key, made
+// as for a deletion: the mirror drops a key it cannot represent, as a
+// relist would, instead of keeping a stale value. The stream goes on.
+// Every event's ResourceVersion is its revision. With opts.AllowBookmarks,
+// etcd's progress notifications become EventBookmark events.
 //
 // The watch requires a leader: a member that loses its leader ends it with
 // an error wrapping mirror.ErrUnavailable rather than leaving it silent, and
@@ -102,7 +102,10 @@ func (lw *ListWatcher[T]) Watch(ctx context.Context, opts mirror.WatchOptions) (
 // timeout, the whole watch ends and open reports the member unavailable.
 func (w *watcher[T]) open(rev int64) error {
 	var buf [4]clientv3.OpOption
-	ops := append(buf[:0], clientv3.WithRange(w.lw.end), clientv3.WithPrevKV())
+	ops := append(buf[:0], clientv3.WithRange(w.lw.end))
+	if w.lw.opts.PrevValues {
+		ops = append(ops, clientv3.WithPrevKV())
+	}
 	if rev > 0 {
 		ops = append(ops, clientv3.WithRev(rev))
 	}
@@ -274,28 +277,13 @@ func (w *watcher[T]) event(ev *clientv3.Event) mirror.Event[Object[T]] {
 	}
 	rv := w.rv
 	if ev.Type == clientv3.EventTypeDelete {
-		// A deletion's Kv holds only the key and the deletion's revision;
-		// the last value comes from PrevKv, which etcd omits once that
-		// revision is compacted.
-		o := Object[T]{Key: string(kv.Key)}
-		if prev := ev.PrevKv; prev != nil {
-			// A value that fails to decode still leaves a deletion of
-			// the key, with the zero Value: dropping it would keep a
-			// deleted key in the mirror for good.
-			o, _ = w.lw.object(prev)
-		}
-		return mirror.Event[Object[T]]{Type: mirror.EventDeleted, Object: o, ResourceVersion: rv}
+		return w.deletion(kv.Key, ev.PrevKv, rv)
 	}
 	o, err := w.lw.object(kv)
 	if err != nil {
 		// The key's earlier value, if the mirror holds one, is no longer
 		// etcd's: remove it after reporting the error.
-		gone := Object[T]{Key: string(kv.Key)}
-		if prev := ev.PrevKv; prev != nil {
-			gone, _ = w.lw.object(prev)
-		}
-		w.queued = mirror.Event[Object[T]]{Type: mirror.EventDeleted, Object: gone, ResourceVersion: rv}
-		w.hasQueued = true
+		w.queued, w.hasQueued = w.deletion(kv.Key, ev.PrevKv, rv), true
 		return mirror.Event[Object[T]]{Type: mirror.EventError, ResourceVersion: rv, Err: err}
 	}
 	typ := mirror.EventModified
@@ -303,6 +291,24 @@ func (w *watcher[T]) event(ev *clientv3.Event) mirror.Event[Object[T]] {
 		typ = mirror.EventAdded
 	}
 	return mirror.Event[Object[T]]{Type: typ, Object: o, ResourceVersion: rv}
+}
+
+// deletion is the EventDeleted of key at rv. A deletion's Kv holds only
+// the key and the deletion's revision: the last value comes from prev,
+// which etcd sends only with Options.PrevValues and only while it has that
+// revision. Without a previous value that decodes, the event carries the
+// key alone, marked KeyOnly, rather than a made-up state; it must not be
+// dropped, or a deleted key would stay in the mirror for good.
+func (w *watcher[T]) deletion(key []byte, prev *mvccpb.KeyValue, rv string) mirror.Event[Object[T]] {
+	ev := mirror.Event[Object[T]]{Type: mirror.EventDeleted, ResourceVersion: rv}
+	if prev != nil {
+		if o, err := w.lw.object(prev); err == nil {
+			ev.Object = o
+			return ev
+		}
+	}
+	ev.Object, ev.KeyOnly = Object[T]{Key: string(key)}, true
+	return ev
 }
 
 // endError is the error for a watch whose channel closed or whose context

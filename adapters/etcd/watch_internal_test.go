@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strconv"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/listwatch/mirror"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -82,7 +84,7 @@ func TestWatcher_StartsAtListRevisionAndDropsItsEvents(t *testing.T) {
 		w := startFakeWatch(t, fw, Options{}, mirror.WatchOptions{ResourceVersion: "5"})
 		wt := fw.watch(0)
 		assert.Equal(t, int64(5), wt.op.Rev())
-		assert.True(t, wt.op.IsPrevKV())
+		assert.False(t, wt.op.IsPrevKV(), "previous values not asked for by default")
 		assert.False(t, wt.op.IsProgressNotify())
 		wt.ch <- clientv3.WatchResponse{Header: header(6), Events: []*clientv3.Event{
 			put("/p/a", "x", 5, 5, 1), put("/p/a", "y", 5, 6, 2),
@@ -201,4 +203,73 @@ func TestWatcher_EventsCarryTheirOwnRevision(t *testing.T) {
 		}
 		assert.Equal(t, []string{"7", "7", "8"}, got, "a transaction's events share its revision")
 	})
+}
+
+func TestWatcher_PrevValuesAsksEtcdForThem(t *testing.T) {
+	for _, prev := range []bool{false, true} {
+		synctest.Test(t, func(t *testing.T) {
+			fw := &fakeWatcher{}
+			startFakeWatch(t, fw, Options{PrevValues: prev}, mirror.WatchOptions{ResourceVersion: "5"})
+			assert.Equal(t, prev, fw.watch(0).op.IsPrevKV())
+		})
+	}
+}
+
+func del(key string, mod int64, prev *mvccpb.KeyValue) *clientv3.Event {
+	return &clientv3.Event{Type: mvccpb.DELETE, Kv: &mvccpb.KeyValue{Key: []byte(key), ModRevision: mod}, PrevKv: prev}
+}
+
+func prevKV(key, value string, create, mod, version int64) *mvccpb.KeyValue {
+	return &mvccpb.KeyValue{Key: []byte(key), Value: []byte(value), CreateRevision: create, ModRevision: mod, Version: version}
+}
+
+func decodeInt(_ string, v []byte) (int, error) { return strconv.Atoi(string(v)) }
+
+func TestWatcher_DeletionCarriesTheDecodedPreviousValueOrIsKeyOnly(t *testing.T) {
+	keyOnly := func(key string) mirror.Event[Object[int]] {
+		return mirror.Event[Object[int]]{Type: mirror.EventDeleted, ResourceVersion: "9", Object: Object[int]{Key: key}, KeyOnly: true}
+	}
+	for _, tc := range []struct {
+		name  string
+		event *clientv3.Event
+		want  []mirror.Event[Object[int]]
+	}{
+		{"deletion without a previous value", del("/p/a", 9, nil), []mirror.Event[Object[int]]{keyOnly("/p/a")}},
+		{"deletion with a previous value", del("/p/a", 9, prevKV("/p/a", "7", 3, 4, 2)), []mirror.Event[Object[int]]{{
+			Type: mirror.EventDeleted, ResourceVersion: "9",
+			Object: Object[int]{Key: "/p/a", Value: 7, CreateRevision: 3, ModRevision: 4, Version: 2},
+		}}},
+		{"deletion whose previous value fails to decode", del("/p/a", 9, prevKV("/p/a", "bad", 3, 4, 2)),
+			[]mirror.Event[Object[int]]{keyOnly("/p/a")}},
+		{"put that fails to decode, without a previous value", put("/p/a", "bad", 3, 9, 3),
+			[]mirror.Event[Object[int]]{{Type: mirror.EventError, ResourceVersion: "9"}, keyOnly("/p/a")}},
+		{"put that fails to decode, with a previous value", &clientv3.Event{
+			Type: mvccpb.PUT, Kv: prevKV("/p/a", "bad", 3, 9, 3), PrevKv: prevKV("/p/a", "7", 3, 4, 2),
+		}, []mirror.Event[Object[int]]{{Type: mirror.EventError, ResourceVersion: "9"}, {
+			Type: mirror.EventDeleted, ResourceVersion: "9",
+			Object: Object[int]{Key: "/p/a", Value: 7, CreateRevision: 3, ModRevision: 4, Version: 2},
+		}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fw := &fakeWatcher{}
+				w, err := NewTyped(fakeClient(nil, fw), "/p/", decodeInt, Options{PrevValues: true}).
+					Watch(t.Context(), mirror.WatchOptions{ResourceVersion: "5"})
+				require.NoError(t, err)
+				defer w.Stop()
+				fw.watch(0).ch <- clientv3.WatchResponse{Header: header(9), Events: []*clientv3.Event{tc.event}}
+				for i, want := range tc.want {
+					ev, err := w.Next(t.Context())
+					require.NoError(t, err)
+					if want.Type == mirror.EventError {
+						var oe *mirror.ObjectError
+						require.ErrorAs(t, ev.Err, &oe, "event %d", i)
+						assert.Equal(t, "/p/a", oe.Key, "event %d", i)
+						ev.Err = nil
+					}
+					assert.Equal(t, want, ev, "event %d", i)
+				}
+			})
+		})
+	}
 }

@@ -309,42 +309,85 @@ func (g gatedWatch[T]) Watch(ctx context.Context, opts mirror.WatchOptions) (mir
 	return g.ListWatcher.Watch(ctx, opts)
 }
 
-func TestInformer_DeleteWhosePreviousValueWasCompactedReachesHandlersWithTheKey(t *testing.T) {
+// forEachQueueAndPrevValues runs test, in parallel, once per informer
+// queue and per adapter watch mode (without etcd's previous values, the
+// default, and with them), each against an etcd of its own.
+func forEachQueueAndPrevValues(t *testing.T, test func(t *testing.T, c *clientv3.Client, queue mirror.QueueKind, opts etcdmirror.Options)) {
 	t.Parallel()
 	for _, q := range informerQueues {
-		t.Run(q.name, func(t *testing.T) {
-			t.Parallel()
-			m := startEtcd(t)
-			c := newClient(t, m.endpoint())
-			ctx := context.Background()
-			_, err := c.Put(ctx, "/ipc/k", "v")
-			require.NoError(t, err)
-			_, err = c.Put(ctx, "/ipc/stays", "v")
-			require.NoError(t, err)
-
-			// The informer lists, then its watch waits while the key is
-			// deleted and etcd compacts at the deletion, which keeps the
-			// deletion but not the value before it.
-			gate := gatedWatch[etcdmirror.KV]{ListWatcher: etcdmirror.New(c, "/ipc/", etcdmirror.Options{}), open: make(chan struct{})}
-			inf, handlers, log := startInformer(t, gate, q.kind, 2)
-			require.Equal(t, 2, inf.Len())
-			d, err := c.Delete(ctx, "/ipc/k")
-			require.NoError(t, err)
-			_, err = c.Compact(ctx, d.Header.Revision, clientv3.WithCompactPhysical())
-			require.NoError(t, err)
-			close(gate.open)
-
-			requireInformerConverged(t, c, "/ipc/", inf, handlers)
-			for i, h := range handlers {
-				calls := h.deleteCalls()
-				require.Len(t, calls, 1, "handler %d: one delete", i)
-				assert.Equal(t, "/ipc/k", calls[0].obj.Key, "handler %d: the delete carries the key", i)
-				assert.False(t, calls[0].unknown, "handler %d: the delete was observed, not inferred", i)
-			}
-			assert.Zero(t, inf.ReflectorStats().Relists, "the watch, not a relist, saw the deletion")
-			assert.Empty(t, log.all())
-		})
+		for _, prev := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/PrevValues=%v", q.name, prev), func(t *testing.T) {
+				t.Parallel()
+				m := startEtcd(t)
+				test(t, newClient(t, m.endpoint()), q.kind, etcdmirror.Options{PrevValues: prev})
+			})
+		}
 	}
+}
+
+func TestInformer_ObservedDeleteReachesHandlersWithTheLastValue(t *testing.T) {
+	forEachQueueAndPrevValues(t, func(t *testing.T, c *clientv3.Client, queue mirror.QueueKind, opts etcdmirror.Options) {
+		ctx := context.Background()
+		putN(t, c, "/iod/", 3)
+		inf, handlers, log := startInformer(t, etcdmirror.New(c, "/iod/", opts), queue, 2)
+		_, err := c.Put(ctx, "/iod/00000001", "changed")
+		require.NoError(t, err)
+		_, err = c.Put(ctx, "/iod/new", "new")
+		require.NoError(t, err)
+		last := make(map[string]etcdmirror.KV)
+		for _, kv := range kvsAt(t, c, "/iod/", currentRev(t, c)) {
+			last[kv.Key] = kv
+		}
+		for _, k := range []string{"/iod/00000000", "/iod/00000001", "/iod/new"} {
+			_, err := c.Delete(ctx, k)
+			require.NoError(t, err)
+		}
+
+		requireInformerConverged(t, c, "/iod/", inf, handlers)
+		for i, h := range handlers {
+			assert.ElementsMatch(t, []deleteCall[[]byte]{
+				{obj: last["/iod/00000000"]}, // listed
+				{obj: last["/iod/00000001"]}, // changed by the watch
+				{obj: last["/iod/new"]},      // created by the watch
+			}, h.deleteCalls(), "handler %d: each delete observed, with the key's last value", i)
+		}
+		assert.Empty(t, log.all())
+	})
+}
+
+func TestInformer_DeleteWhosePreviousValueWasCompactedReachesHandlersWithTheLastValue(t *testing.T) {
+	forEachQueueAndPrevValues(t, func(t *testing.T, c *clientv3.Client, queue mirror.QueueKind, opts etcdmirror.Options) {
+		ctx := context.Background()
+		_, err := c.Put(ctx, "/ipc/k", "v")
+		require.NoError(t, err)
+		_, err = c.Put(ctx, "/ipc/stays", "v")
+		require.NoError(t, err)
+
+		// The informer lists, then its watch waits while the key is
+		// deleted and etcd compacts at the deletion, which keeps the
+		// deletion but not the value before it.
+		gate := gatedWatch[etcdmirror.KV]{ListWatcher: etcdmirror.New(c, "/ipc/", opts), open: make(chan struct{})}
+		inf, handlers, log := startInformer(t, gate, queue, 2)
+		require.Equal(t, 2, inf.Len())
+		last, ok := inf.GetByKey("/ipc/k")
+		require.True(t, ok)
+		d, err := c.Delete(ctx, "/ipc/k")
+		require.NoError(t, err)
+		_, err = c.Compact(ctx, d.Header.Revision, clientv3.WithCompactPhysical())
+		require.NoError(t, err)
+		close(gate.open)
+
+		requireInformerConverged(t, c, "/ipc/", inf, handlers)
+		for i, h := range handlers {
+			calls := h.deleteCalls()
+			require.Len(t, calls, 1, "handler %d: one delete", i)
+			assert.Equal(t, last, calls[0].obj, "handler %d: the delete carries the last value, which etcd no longer has", i)
+			assert.Equal(t, []byte("v"), calls[0].obj.Value)
+			assert.False(t, calls[0].unknown, "handler %d: the delete was observed, not inferred", i)
+		}
+		assert.Zero(t, inf.ReflectorStats().Relists, "the watch, not a relist, saw the deletion")
+		assert.Empty(t, log.all())
+	})
 }
 
 func TestInformer_RunReturnsAfterCancelAndLeavesNoGoroutine(t *testing.T) {

@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strconv"
 	"testing"
@@ -70,34 +71,44 @@ func TestWatch_MapsPutsAndDeletesToEvents(t *testing.T) {
 	m := startEtcd(t)
 	c := newClient(t, m.endpoint())
 	ctx := context.Background()
-	lw := etcdmirror.New(c, "/w/", etcdmirror.Options{})
-	w := watch(t, lw, mirror.WatchOptions{ResourceVersion: rvOf(currentRev(t, c))})
+	for _, prev := range []bool{false, true} {
+		t.Run(fmt.Sprintf("PrevValues=%v", prev), func(t *testing.T) {
+			lw := etcdmirror.New(c, "/w/", etcdmirror.Options{PrevValues: prev})
+			w := watch(t, lw, mirror.WatchOptions{ResourceVersion: rvOf(currentRev(t, c))})
 
-	p1, err := c.Put(ctx, "/w/a", "1")
-	require.NoError(t, err)
-	p2, err := c.Put(ctx, "/w/a", "2")
-	require.NoError(t, err)
-	_, err = c.Put(ctx, "/wx", "not under the prefix")
-	require.NoError(t, err)
-	d, err := c.Delete(ctx, "/w/a")
-	require.NoError(t, err)
+			p1, err := c.Put(ctx, "/w/a", "1")
+			require.NoError(t, err)
+			p2, err := c.Put(ctx, "/w/a", "2")
+			require.NoError(t, err)
+			_, err = c.Put(ctx, "/wx", "not under the prefix")
+			require.NoError(t, err)
+			d, err := c.Delete(ctx, "/w/a")
+			require.NoError(t, err)
 
-	r1, r2, rd := p1.Header.Revision, p2.Header.Revision, d.Header.Revision
-	want := []mirror.Event[etcdmirror.KV]{
-		{Type: mirror.EventAdded, ResourceVersion: rvOf(r1), Object: etcdmirror.KV{
-			Key: "/w/a", Value: []byte("1"), CreateRevision: r1, ModRevision: r1, Version: 1}},
-		{Type: mirror.EventModified, ResourceVersion: rvOf(r2), Object: etcdmirror.KV{
-			Key: "/w/a", Value: []byte("2"), CreateRevision: r1, ModRevision: r2, Version: 2}},
-		// A deletion carries the last state, at the deletion's revision.
-		{Type: mirror.EventDeleted, ResourceVersion: rvOf(rd), Object: etcdmirror.KV{
-			Key: "/w/a", Value: []byte("2"), CreateRevision: r1, ModRevision: r2, Version: 2}},
-	}
-	for i, ev := range want {
-		assert.Equal(t, ev, next(t, w), "event %d", i)
+			r1, r2, rd := p1.Header.Revision, p2.Header.Revision, d.Header.Revision
+			// A deletion carries the key alone, or with PrevValues the
+			// last state; either way at the deletion's revision.
+			deletion := mirror.Event[etcdmirror.KV]{Type: mirror.EventDeleted, ResourceVersion: rvOf(rd),
+				Object: etcdmirror.KV{Key: "/w/a"}, KeyOnly: true}
+			if prev {
+				deletion.Object = etcdmirror.KV{Key: "/w/a", Value: []byte("2"), CreateRevision: r1, ModRevision: r2, Version: 2}
+				deletion.KeyOnly = false
+			}
+			want := []mirror.Event[etcdmirror.KV]{
+				{Type: mirror.EventAdded, ResourceVersion: rvOf(r1), Object: etcdmirror.KV{
+					Key: "/w/a", Value: []byte("1"), CreateRevision: r1, ModRevision: r1, Version: 1}},
+				{Type: mirror.EventModified, ResourceVersion: rvOf(r2), Object: etcdmirror.KV{
+					Key: "/w/a", Value: []byte("2"), CreateRevision: r1, ModRevision: r2, Version: 2}},
+				deletion,
+			}
+			for i, ev := range want {
+				assert.Equal(t, ev, next(t, w), "event %d", i)
+			}
+		})
 	}
 }
 
-func TestWatch_DeleteWhosePreviousValueWasCompactedCarriesTheKey(t *testing.T) {
+func TestWatch_DeleteWhosePreviousValueWasCompactedIsKeyOnlyEvenWithPrevValues(t *testing.T) {
 	m := startEtcd(t)
 	c := newClient(t, m.endpoint())
 	ctx := context.Background()
@@ -110,12 +121,13 @@ func TestWatch_DeleteWhosePreviousValueWasCompactedCarriesTheKey(t *testing.T) {
 	_, err = c.Compact(ctx, d.Header.Revision, clientv3.WithCompactPhysical())
 	require.NoError(t, err)
 
-	lw := etcdmirror.New(c, "/pc/", etcdmirror.Options{})
+	lw := etcdmirror.New(c, "/pc/", etcdmirror.Options{PrevValues: true})
 	w := watch(t, lw, mirror.WatchOptions{ResourceVersion: rvOf(d.Header.Revision - 1)})
 	assert.Equal(t, mirror.Event[etcdmirror.KV]{
 		Type:            mirror.EventDeleted,
 		ResourceVersion: rvOf(d.Header.Revision),
 		Object:          etcdmirror.KV{Key: "/pc/k"},
+		KeyOnly:         true,
 	}, next(t, w))
 }
 
@@ -141,46 +153,58 @@ func TestWatch_DecodeFailureIsReportedAndDropsTheKey(t *testing.T) {
 	m := startEtcd(t)
 	c := newClient(t, m.endpoint())
 	ctx := context.Background()
-	lw := etcdmirror.NewTyped(c, "/d/", decodeInt, etcdmirror.Options{})
-	w := watch(t, lw, mirror.WatchOptions{ResourceVersion: rvOf(currentRev(t, c))})
+	for _, prev := range []bool{false, true} {
+		t.Run(fmt.Sprintf("PrevValues=%v", prev), func(t *testing.T) {
+			prefix := fmt.Sprintf("/d%v/", prev)
+			lw := etcdmirror.NewTyped(c, prefix, decodeInt, etcdmirror.Options{PrevValues: prev})
+			w := watch(t, lw, mirror.WatchOptions{ResourceVersion: rvOf(currentRev(t, c))})
 
-	var revs []string
-	for _, kv := range [][2]string{{"/d/a", "1"}, {"/d/b", "bad"}, {"/d/c", "3"}, {"/d/a", "bad"}} {
-		p, err := c.Put(ctx, kv[0], kv[1])
-		require.NoError(t, err)
-		revs = append(revs, rvOf(p.Header.Revision))
-	}
-	d, err := c.Delete(ctx, "/d/b")
-	require.NoError(t, err)
+			var revs []string
+			for _, kv := range [][2]string{{"a", "1"}, {"b", "bad"}, {"c", "3"}, {"a", "bad"}} {
+				p, err := c.Put(ctx, prefix+kv[0], kv[1])
+				require.NoError(t, err)
+				revs = append(revs, rvOf(p.Header.Revision))
+			}
+			d, err := c.Delete(ctx, prefix+"b")
+			require.NoError(t, err)
 
-	type want struct {
-		typ   mirror.EventType
-		key   string
-		value int
-		rv    string
-	}
-	for i, exp := range []want{
-		{mirror.EventAdded, "/d/a", 1, revs[0]},
-		{mirror.EventError, "/d/b", 0, revs[1]},
-		{mirror.EventDeleted, "/d/b", 0, revs[1]}, // nothing to drop: a no-op for a mirror
-		{mirror.EventAdded, "/d/c", 3, revs[2]},
-		{mirror.EventError, "/d/a", 0, revs[3]},
-		{mirror.EventDeleted, "/d/a", 1, revs[3]}, // the stale value is dropped, as a relist would
-		{mirror.EventDeleted, "/d/b", 0, rvOf(d.Header.Revision)},
-	} {
-		ev := next(t, w)
-		require.Equal(t, exp.typ, ev.Type, "event %d", i)
-		assert.Equal(t, exp.rv, ev.ResourceVersion, "event %d", i)
-		if exp.typ == mirror.EventError {
-			var oe *mirror.ObjectError
-			require.ErrorAs(t, ev.Err, &oe)
-			assert.Equal(t, exp.key, oe.Key)
-			assert.Equal(t, ev.ResourceVersion, oe.ResourceVersion)
-			assert.ErrorIs(t, oe, strconv.ErrSyntax)
-			continue
-		}
-		assert.Equal(t, exp.key, ev.Object.Key, "event %d", i)
-		assert.Equal(t, exp.value, ev.Object.Value, "event %d", i)
+			// a's previous value, 1, decodes and comes with PrevValues.
+			aPrev, aKeyOnly := 0, true
+			if prev {
+				aPrev, aKeyOnly = 1, false
+			}
+			type want struct {
+				typ     mirror.EventType
+				key     string
+				value   int
+				keyOnly bool
+				rv      string
+			}
+			for i, exp := range []want{
+				{mirror.EventAdded, "a", 1, false, revs[0]},
+				{mirror.EventError, "b", 0, false, revs[1]},
+				{mirror.EventDeleted, "b", 0, true, revs[1]}, // nothing to drop: a no-op for a mirror
+				{mirror.EventAdded, "c", 3, false, revs[2]},
+				{mirror.EventError, "a", 0, false, revs[3]},
+				{mirror.EventDeleted, "a", aPrev, aKeyOnly, revs[3]},         // the stale value is dropped, as a relist would
+				{mirror.EventDeleted, "b", 0, true, rvOf(d.Header.Revision)}, // its previous value did not decode
+			} {
+				ev := next(t, w)
+				require.Equal(t, exp.typ, ev.Type, "event %d", i)
+				assert.Equal(t, exp.rv, ev.ResourceVersion, "event %d", i)
+				if exp.typ == mirror.EventError {
+					var oe *mirror.ObjectError
+					require.ErrorAs(t, ev.Err, &oe)
+					assert.Equal(t, prefix+exp.key, oe.Key)
+					assert.Equal(t, ev.ResourceVersion, oe.ResourceVersion)
+					assert.ErrorIs(t, oe, strconv.ErrSyntax)
+					continue
+				}
+				assert.Equal(t, prefix+exp.key, ev.Object.Key, "event %d", i)
+				assert.Equal(t, exp.value, ev.Object.Value, "event %d", i)
+				assert.Equal(t, exp.keyOnly, ev.KeyOnly, "event %d", i)
+			}
+		})
 	}
 }
 
