@@ -79,7 +79,9 @@ func newMirror(client *clientv3.Client, prefix string, p *printer) *mirrorState 
 			if finalStateUnknown {
 				how = "found missing by a relist"
 			}
-			p.event("delete %s  (%s)", o.Key, how)
+			// o is the last state the mirror held, whether the watch saw
+			// the delete or a relist found the key gone.
+			p.event("delete %s  zone=%s port=%d (%s)", o.Key, o.Value.Zone, o.Value.Port, how)
 		},
 	}, mirror.HandlerOptions{})
 	if err != nil {
