@@ -3,7 +3,9 @@ package mirror
 import (
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"iter"
+	"maps"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -80,19 +82,26 @@ func (e *IndexError) Unwrap() error { return e.Err }
 // Objects are stored as given, not copied. An object must not be modified
 // once stored, nor when a query returns it: other goroutines may be reading
 // it, and the Indexer finds its index entries by calling the index
-// functions on it again.
+// functions on it again. For the same reason, the key function must give a
+// stored object the same key every time it is called: the Indexer does not
+// store an object's key beside it, but computes it again when a lookup
+// meets the object or an iteration yields it. Memory follows the number of
+// objects, down after deletes as well as up.
 //
 // Writers compute the new object's key and index values before they take
 // the Indexer's lock, so a failing index function cannot leave the indexes
-// half updated. Under the lock they call the index functions only on the
-// object being replaced or deleted, to find its entries; AddIndexers is the
-// exception and indexes every stored object under the lock. An index
-// function that panics leaves the Indexer as it was.
+// half updated. Under the lock, readers and writers call the key function
+// on the stored objects a lookup meets, and writers call the index
+// functions only on the object being replaced or deleted, to find its
+// entries; AddIndexers is the exception and indexes every stored object
+// under the lock. A key or index function that panics leaves the Indexer
+// as it was.
 //
 // All methods are safe for concurrent use. The zero value is not usable;
 // create Indexers with NewIndexer.
 type Indexer[K comparable, T any] struct {
 	keyFunc KeyFunc[K, T]
+	hash    hasher[K]
 
 	// defs lists the index functions in a fixed order. It is published
 	// atomically so that writers can compute index values before taking mu;
@@ -177,50 +186,59 @@ func (d *indexDefs[T]) priors(dst []priorValues, old T) []priorValues {
 // contents is the data an Indexer guards: the objects and, parallel to the
 // Indexer's defs, one index each.
 type contents[K comparable, T any] struct {
-	items   map[K]T
+	items   table[K, T]
 	indexes []index[K]
 }
 
-func newContents[K comparable, T any](defs *indexDefs[T], size int) contents[K, T] {
-	c := contents[K, T]{items: make(map[K]T, size), indexes: make([]index[K], len(defs.funcs))}
+// newContents returns empty contents for i with the indexes of defs and
+// room for size objects.
+func (i *Indexer[K, T]) newContents(defs *indexDefs[T], size int) contents[K, T] {
+	c := contents[K, T]{items: newTable(i.keyFunc, i.hash, size), indexes: make([]index[K], len(defs.funcs))}
 	for j := range c.indexes {
 		c.indexes[j] = index[K]{}
 	}
 	return c
 }
 
-// set stores obj under key. vals holds obj's values, one entry per index
-// of defs, the definitions c was built for. The caller must hold the lock
-// of the Indexer that owns c, if any.
-func (c *contents[K, T]) set(defs *indexDefs[T], key K, obj T, vals [][]string) (old T, existed bool) {
-	old, existed = c.items[key]
+// set stores obj under key; owned says whether key is obj's key. vals
+// holds obj's values, one entry per index of defs, the definitions c was
+// built for. The caller must hold the lock of the Indexer that owns c, if
+// any.
+func (c *contents[K, T]) set(defs *indexDefs[T], key K, obj T, owned bool, vals [][]string) (old T, existed bool) {
+	// Every call to user code (key functions in find, index functions in
+	// priors) comes before the first change, so that a panic leaves c as
+	// it was.
+	old, l, existed := c.items.find(key)
 	if !existed {
-		c.items[key] = obj
+		c.items.put(key, obj, l, owned)
 		for j, ix := range c.indexes {
 			ix.add(key, vals[j])
 		}
 		return old, false
 	}
-	// Every call to user code comes before the first change, so that a
-	// panic leaves c as it was.
 	var buf [4]priorValues
 	priors := defs.priors(buf[:0], old)
-	c.items[key] = obj
+	c.items.put(key, obj, l, owned)
 	for j, ix := range c.indexes {
 		ix.update(key, priors[j], vals[j])
 	}
 	return old, true
 }
 
-// delete removes key, whose stored object is old. The caller must hold the
-// lock of the Indexer that owns c.
-func (c *contents[K, T]) delete(defs *indexDefs[T], key K, old T) {
+// delete removes key and returns its object, if it has one. The caller
+// must hold the lock of the Indexer that owns c.
+func (c *contents[K, T]) delete(defs *indexDefs[T], key K) (old T, existed bool) {
+	old, l, existed := c.items.find(key)
+	if !existed {
+		return old, false
+	}
 	var buf [4]priorValues
 	priors := defs.priors(buf[:0], old)
-	delete(c.items, key)
+	c.items.delete(key, l)
 	for j, ix := range c.indexes {
 		ix.remove(key, priors[j])
 	}
+	return old, true
 }
 
 // index maps each value of one index to the set of keys of the objects
@@ -338,11 +356,17 @@ func NewIndexer[K comparable, T any](keyFunc KeyFunc[K, T], indexers Indexers[T]
 	if keyFunc == nil {
 		panic("mirror: NewIndexer called with a nil key function")
 	}
-	i := &Indexer[K, T]{keyFunc: keyFunc}
+	return newIndexer(keyFunc, indexers, nil)
+}
+
+// newIndexer is NewIndexer with a hash function for keys; nil means
+// maphash. Tests use it to make keys collide.
+func newIndexer[K comparable, T any](keyFunc KeyFunc[K, T], indexers Indexers[T], hash func(K) uint64) *Indexer[K, T] {
+	i := &Indexer[K, T]{keyFunc: keyFunc, hash: hasher[K]{seed: maphash.MakeSeed(), fn: hash}}
 	defs := &indexDefs[T]{}
 	defs.add(indexers)
 	i.defs.Store(defs)
-	i.contents = newContents[K](defs, 0)
+	i.contents = i.newContents(defs, 0)
 	return i
 }
 
@@ -359,7 +383,7 @@ func (i *Indexer[K, T]) store(obj T) error {
 	if err != nil {
 		return err
 	}
-	_, _, err = i.Set(key, obj)
+	_, _, err = i.set(key, obj, true)
 	return err
 }
 
@@ -378,7 +402,17 @@ func (i *Indexer[K, T]) Delete(obj T) error {
 // the object it replaced. It is for callers that already know the key. It
 // fails only if an index function fails for obj; it then returns an
 // *IndexError and changes nothing.
+//
+// An object stored under a key other than its own (what the key function
+// gives for it) is kept apart, in an ordinary map, at the cost of storing
+// that key.
 func (i *Indexer[K, T]) Set(key K, obj T) (old T, existed bool, err error) {
+	k, err := i.keyFunc(obj)
+	return i.set(key, obj, err == nil && k == key)
+}
+
+// set is Set, told whether key is obj's key.
+func (i *Indexer[K, T]) set(key K, obj T, owned bool) (old T, existed bool, err error) {
 	// Most Indexers have a few indexes; computing into an array on the
 	// stack saves an allocation per call.
 	var buf [4][]string
@@ -388,7 +422,7 @@ func (i *Indexer[K, T]) Set(key K, obj T) (old T, existed bool, err error) {
 		if err != nil {
 			return old, false, err
 		}
-		if old, existed, ok := i.setIfCurrent(defs, key, obj, vals); ok {
+		if old, existed, ok := i.setIfCurrent(defs, key, obj, owned, vals); ok {
 			return old, existed, nil
 		}
 		// AddIndexers ran meanwhile: compute again with its indexes.
@@ -397,13 +431,13 @@ func (i *Indexer[K, T]) Set(key K, obj T) (old T, existed bool, err error) {
 
 // setIfCurrent stores obj, whose values vals were computed with defs,
 // unless the Indexer's definitions are no longer defs.
-func (i *Indexer[K, T]) setIfCurrent(defs *indexDefs[T], key K, obj T, vals [][]string) (old T, existed, ok bool) {
+func (i *Indexer[K, T]) setIfCurrent(defs *indexDefs[T], key K, obj T, owned bool, vals [][]string) (old T, existed, ok bool) {
 	i.mu.Lock()
-	defer i.mu.Unlock() // index functions run under the lock and may panic
+	defer i.mu.Unlock() // key and index functions run under the lock and may panic
 	if i.defs.Load() != defs {
 		return old, false, false
 	}
-	old, existed = i.contents.set(defs, key, obj, vals)
+	old, existed = i.contents.set(defs, key, obj, owned, vals)
 	return old, existed, true
 }
 
@@ -412,11 +446,7 @@ func (i *Indexer[K, T]) setIfCurrent(defs *indexDefs[T], key K, obj T, vals [][]
 func (i *Indexer[K, T]) DeleteKey(key K) (old T, existed bool) {
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	old, existed = i.contents.items[key]
-	if existed {
-		i.contents.delete(i.defs.Load(), key, old)
-	}
-	return old, existed
+	return i.contents.delete(i.defs.Load(), key)
 }
 
 // Replace makes list the whole content of the Indexer; resourceVersion is
@@ -431,7 +461,7 @@ func (i *Indexer[K, T]) Replace(list []T, resourceVersion string) error {
 	var buf [4][]string
 	for {
 		defs := i.defs.Load()
-		c := newContents[K](defs, len(list))
+		c := i.newContents(defs, len(list))
 		var errs []error
 		for _, obj := range list {
 			key, err := keyOf(i.keyFunc, obj)
@@ -444,7 +474,7 @@ func (i *Indexer[K, T]) Replace(list []T, resourceVersion string) error {
 				errs = append(errs, err)
 				continue
 			}
-			c.set(defs, key, obj, vals)
+			c.set(defs, key, obj, true, vals)
 		}
 		i.mu.Lock()
 		if i.defs.Load() == defs {
@@ -475,9 +505,8 @@ func (i *Indexer[K, T]) Get(obj T) (item T, exists bool, err error) {
 // GetByKey returns the object stored under key.
 func (i *Indexer[K, T]) GetByKey(key K) (item T, exists bool) {
 	i.mu.RLock()
-	item, exists = i.contents.items[key]
-	i.mu.RUnlock()
-	return item, exists
+	defer i.mu.RUnlock() // the key function runs under the lock
+	return i.contents.items.get(key)
 }
 
 // List returns every stored object, in no particular order, in a new slice
@@ -485,11 +514,7 @@ func (i *Indexer[K, T]) GetByKey(key K) (item T, exists bool) {
 func (i *Indexer[K, T]) List() []T {
 	i.mu.RLock()
 	defer i.mu.RUnlock()
-	list := make([]T, 0, len(i.contents.items))
-	for _, obj := range i.contents.items {
-		list = append(list, obj)
-	}
-	return list
+	return slices.AppendSeq(make([]T, 0, i.contents.items.len()), i.contents.items.values())
 }
 
 // ListKeys returns every key, in no particular order, in a new slice the
@@ -497,8 +522,8 @@ func (i *Indexer[K, T]) List() []T {
 func (i *Indexer[K, T]) ListKeys() []K {
 	i.mu.RLock()
 	defer i.mu.RUnlock()
-	keys := make([]K, 0, len(i.contents.items))
-	for key := range i.contents.items {
+	keys := make([]K, 0, i.contents.items.len())
+	for key := range i.contents.items.all() {
 		keys = append(keys, key)
 	}
 	return keys
@@ -508,7 +533,7 @@ func (i *Indexer[K, T]) ListKeys() []K {
 func (i *Indexer[K, T]) Len() int {
 	i.mu.RLock()
 	defer i.mu.RUnlock()
-	return len(i.contents.items)
+	return i.contents.items.len()
 }
 
 // All yields every key with its object, in no particular order, without
@@ -521,25 +546,85 @@ func (i *Indexer[K, T]) Len() int {
 func (i *Indexer[K, T]) All() iter.Seq2[K, T] {
 	return func(yield func(K, T) bool) {
 		i.mu.RLock()
-		gen := i.gen
-		for key, obj := range i.contents.items {
-			if i.gen != gen {
-				// A Replace swapped the maps while the lock was released:
-				// yield what the current content holds for the keys the
-				// old map still has to offer.
-				var ok bool
-				if obj, ok = i.contents.items[key]; !ok {
-					continue
-				}
-			}
-			i.mu.RUnlock()
-			if !yield(key, obj) {
-				return
-			}
-			i.mu.RLock()
+		t := &i.contents.items
+		w := walk[K, T]{
+			slots: t.slots, gen: i.gen, moves: t.moves,
+			// Rare (see table): copying its keys is simpler than walking
+			// a map without holding the lock.
+			foreign: slices.Collect(maps.Keys(t.foreign)),
 		}
 		i.mu.RUnlock()
+		for {
+			key, obj, ok := i.advance(&w)
+			if !ok || !yield(key, obj) {
+				return
+			}
+		}
 	}
+}
+
+// walk is where an All iteration is.
+type walk[K comparable, T any] struct {
+	// slots are the table's slots when the walk began. Once the table
+	// has moved its objects to new slots, or a Replace has swapped the
+	// table, no writer stores in them any more: the walk goes on through
+	// them and looks up each key's current object.
+	slots    slots[T]
+	next     int
+	gen      uint64 // of the Indexer
+	moves    uint64 // of the table
+	detached bool
+
+	foreign []K // not yet yielded
+}
+
+// advance returns the next key to yield and its object, or false at the
+// end. It calls the key function without holding the lock where it can.
+func (i *Indexer[K, T]) advance(w *walk[K, T]) (key K, obj T, ok bool) {
+	for {
+		if obj, ok = i.nextSlot(w); !ok {
+			break
+		}
+		var err error
+		if key, err = i.keyFunc(obj); err != nil {
+			// It succeeded when obj was stored; a key function that
+			// depends only on the object's identity does not fail now.
+			continue
+		}
+		if !w.detached {
+			return key, obj, true
+		}
+		if obj, ok = i.GetByKey(key); ok {
+			return key, obj, true
+		}
+	}
+	for len(w.foreign) > 0 {
+		key = w.foreign[0]
+		w.foreign = w.foreign[1:]
+		if obj, ok = i.GetByKey(key); ok {
+			return key, obj, true
+		}
+	}
+	return key, obj, false
+}
+
+// nextSlot returns the object in the walk's next slot that holds one.
+func (i *Indexer[K, T]) nextSlot(w *walk[K, T]) (obj T, ok bool) {
+	// Even slots no longer in use are read under the lock: they share
+	// boxes with the slots in use, which writers store in.
+	i.mu.RLock()
+	defer i.mu.RUnlock()
+	if !w.detached {
+		w.detached = i.gen != w.gen || i.contents.items.moves != w.moves
+	}
+	for w.next < len(w.slots.tags) {
+		s := w.next
+		w.next++
+		if w.slots.tags[s] >= tagFull {
+			return w.slots.obj(s), true
+		}
+	}
+	return obj, false
 }
 
 // indexLocked returns the position of the named index and the index. The
@@ -584,7 +669,8 @@ func (i *Indexer[K, T]) Index(indexName string, obj T) ([]T, error) {
 		for key := range ix[v] {
 			if _, dup := seen[key]; !dup {
 				seen[key] = struct{}{}
-				list = append(list, i.contents.items[key])
+				obj, _ := i.contents.items.get(key)
+				list = append(list, obj)
 			}
 		}
 	}
@@ -596,7 +682,8 @@ func (i *Indexer[K, T]) Index(indexName string, obj T) ([]T, error) {
 func (i *Indexer[K, T]) objectsLocked(keys map[K]struct{}) []T {
 	list := make([]T, 0, len(keys))
 	for key := range keys {
-		list = append(list, i.contents.items[key])
+		obj, _ := i.contents.items.get(key)
+		list = append(list, obj)
 	}
 	return list
 }
@@ -644,9 +731,15 @@ func (i *Indexer[K, T]) IndexKeys(indexName, indexedValue string) ([]K, error) {
 func (i *Indexer[K, T]) ByIndexAll(indexName, indexedValue string) iter.Seq2[K, T] {
 	return func(yield func(K, T) bool) {
 		i.mu.RLock()
+		locked := true
+		defer func() {
+			// The key function runs under the lock, and may panic.
+			if locked {
+				i.mu.RUnlock()
+			}
+		}()
 		j, ix, err := i.indexLocked(indexName)
 		if err != nil {
-			i.mu.RUnlock()
 			return
 		}
 		gen := i.gen
@@ -658,14 +751,15 @@ func (i *Indexer[K, T]) ByIndexAll(indexName, indexedValue string) iter.Seq2[K, 
 					continue
 				}
 			}
-			obj := i.contents.items[key]
+			obj, _ := i.contents.items.get(key)
 			i.mu.RUnlock()
+			locked = false
 			if !yield(key, obj) {
 				return
 			}
 			i.mu.RLock()
+			locked = true
 		}
-		i.mu.RUnlock()
 	}
 }
 
@@ -705,9 +799,9 @@ func (i *Indexer[K, T]) AddIndexers(newIndexers Indexers[T]) error {
 	next.add(newIndexers)
 	added := &indexDefs[T]{names: next.names[len(defs.names):], funcs: next.funcs[len(defs.funcs):]}
 
-	c := newContents[K](added, 0)
+	c := i.newContents(added, 0)
 	var buf [4][]string
-	for key, obj := range i.contents.items {
+	for key, obj := range i.contents.items.all() {
 		vals, err := added.values(buf[:0], obj)
 		if err != nil {
 			return err

@@ -54,7 +54,7 @@ func checkIndexes[K comparable, T any](t testing.TB, i *Indexer[K, T]) {
 	require.Len(t, i.contents.indexes, len(defs.funcs))
 	for j, ix := range i.contents.indexes {
 		want := index[K]{}
-		for key, obj := range i.contents.items {
+		for key, obj := range i.contents.items.all() {
 			var vals []string
 			if f := defs.funcs[j]; f != nil {
 				var err error
