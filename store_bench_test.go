@@ -136,21 +136,130 @@ func BenchmarkIndexer_Memory(b *testing.B) {
 		b.Run(fmt.Sprint("indexes=", len(indexers)), func(b *testing.B) {
 			var perKey float64
 			for b.Loop() {
-				var before, after runtime.MemStats
-				runtime.GC()
-				runtime.ReadMemStats(&before)
-				i := NewIndexer(benchKeyOf, indexers)
-				for _, o := range objs {
-					if _, _, err := i.Set(o.benchKey, o); err != nil {
-						b.Fatal(err)
+				perKey = heapPerKey(func() any {
+					i := NewIndexer(benchKeyOf, indexers)
+					for _, o := range objs {
+						if _, _, err := i.Set(o.benchKey, o); err != nil {
+							b.Fatal(err)
+						}
 					}
-				}
-				runtime.GC()
-				runtime.ReadMemStats(&after)
-				perKey = float64(after.HeapAlloc-before.HeapAlloc) / storeBenchKeys
-				runtime.KeepAlive(i)
+					return i
+				})
 			}
 			b.ReportMetric(perKey, "B/key")
 		})
 	}
+}
+
+// BenchmarkIndexer_MemoryByValue reports the heap an Indexer without
+// indexes holds per object when it stores objects by value, objects
+// included: a small one, held in the table's slots, and a large one,
+// which the table boxes.
+func BenchmarkIndexer_MemoryByValue(b *testing.B) {
+	type large struct {
+		storeBenchObj
+		_ [24]int64
+	}
+	b.Run("object=small", func(b *testing.B) {
+		benchMemoryByValue(b,
+			func(o *storeBenchObj) storeBenchObj { return *o },
+			func(o storeBenchObj) (benchKey, error) { return o.benchKey, nil })
+	})
+	b.Run("object=large", func(b *testing.B) {
+		benchMemoryByValue(b,
+			func(o *storeBenchObj) large { return large{storeBenchObj: *o} },
+			func(o large) (benchKey, error) { return o.benchKey, nil })
+	})
+}
+
+func benchMemoryByValue[T any](b *testing.B, wrap func(*storeBenchObj) T, keyOf KeyFunc[benchKey, T]) {
+	objs := make([]T, storeBenchKeys)
+	for n := range objs {
+		objs[n] = wrap(&storeBenchObj{benchKey: benchKey{ns: fmt.Sprint("ns-", n%100), name: fmt.Sprint("obj-", n)}})
+	}
+	var perKey float64
+	for b.Loop() {
+		perKey = heapPerKey(func() any {
+			i := NewIndexer(keyOf, nil)
+			for _, o := range objs {
+				if err := i.Add(o); err != nil {
+					b.Fatal(err)
+				}
+			}
+			return i
+		})
+	}
+	b.ReportMetric(perKey, "B/key")
+}
+
+// heapPerKey returns the heap that what build returns holds, per key of
+// a full bench Indexer.
+func heapPerKey(build func() any) float64 {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	kept := build()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	runtime.KeepAlive(kept)
+	return float64(after.HeapAlloc-before.HeapAlloc) / storeBenchKeys
+}
+
+func BenchmarkIndexer_All(b *testing.B) {
+	i, _ := newBenchIndexer(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		for range i.All() {
+		}
+	}
+	b.ReportMetric(float64(b.N)*storeBenchKeys/b.Elapsed().Seconds(), "objects/s")
+}
+
+// BenchmarkIndexer_BuiltKey measures an Indexer whose key function builds
+// a string ("namespace/name", as client-go's does), which the Indexer
+// calls on each object it stores, on the stored object a lookup finds, and
+// on every object an iteration yields.
+func BenchmarkIndexer_BuiltKey(b *testing.B) {
+	keyOf := func(o *storeBenchObj) (string, error) { return o.ns + "/" + o.name, nil }
+	i := NewIndexer(keyOf, nil)
+	objs := make([]*storeBenchObj, storeBenchKeys)
+	keys := make([]string, storeBenchKeys)
+	for n := range objs {
+		objs[n] = &storeBenchObj{benchKey: benchKey{ns: fmt.Sprint("ns-", n%100), name: fmt.Sprint("obj-", n)}}
+		keys[n], _ = keyOf(objs[n])
+	}
+	if err := i.Replace(objs, ""); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("op=Set", func(b *testing.B) {
+		b.ReportAllocs()
+		n := 0
+		for b.Loop() {
+			k := n % storeBenchKeys
+			if _, _, err := i.Set(keys[k], objs[k]); err != nil {
+				b.Fatal(err)
+			}
+			n++
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "sets/s")
+	})
+	b.Run("op=GetByKey", func(b *testing.B) {
+		b.ReportAllocs()
+		n := 0
+		for b.Loop() {
+			if _, ok := i.GetByKey(keys[n%storeBenchKeys]); !ok {
+				b.Fatal("missing")
+			}
+			n++
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "gets/s")
+	})
+	b.Run("op=All", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			for range i.All() {
+			}
+		}
+		b.ReportMetric(float64(b.N)*storeBenchKeys/b.Elapsed().Seconds(), "objects/s")
+	})
 }
