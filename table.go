@@ -349,3 +349,67 @@ func (t *table[K, T]) all() iter.Seq2[K, T] {
 		}
 	}
 }
+
+// walk is where an All iteration is.
+type walk[K comparable, T any] struct {
+	// slots are the table's slots when the walk began. Once the table
+	// has moved its objects to new slots, or a Replace has swapped the
+	// table, no writer stores in them any more: the walk goes on through
+	// them and looks up each key's current object.
+	slots    slots[T]
+	next     int
+	gen      uint64 // of the Indexer
+	moves    uint64 // of the table
+	detached bool
+
+	foreign []K // not yet yielded
+}
+
+// advance returns the next key to yield and its object, or false at the
+// end. It calls the key function without holding the lock where it can.
+func (i *Indexer[K, T]) advance(w *walk[K, T]) (key K, obj T, ok bool) {
+	for {
+		if obj, ok = i.nextSlot(w); !ok {
+			break
+		}
+		var err error
+		if key, err = i.keyFunc(obj); err != nil {
+			// It succeeded when obj was stored; a key function that
+			// depends only on the object's identity does not fail now.
+			continue
+		}
+		if !w.detached {
+			return key, obj, true
+		}
+		if obj, ok = i.GetByKey(key); ok {
+			return key, obj, true
+		}
+	}
+	for len(w.foreign) > 0 {
+		key = w.foreign[0]
+		w.foreign = w.foreign[1:]
+		if obj, ok = i.GetByKey(key); ok {
+			return key, obj, true
+		}
+	}
+	return key, obj, false
+}
+
+// nextSlot returns the object in the walk's next slot that holds one.
+func (i *Indexer[K, T]) nextSlot(w *walk[K, T]) (obj T, ok bool) {
+	// Even slots no longer in use are read under the lock: they share
+	// boxes with the slots in use, which writers store in.
+	i.mu.RLock()
+	defer i.mu.RUnlock()
+	if !w.detached {
+		w.detached = i.gen != w.gen || i.contents.items.moves != w.moves
+	}
+	for w.next < len(w.slots.tags) {
+		s := w.next
+		w.next++
+		if w.slots.tags[s] >= tagFull {
+			return w.slots.obj(s), true
+		}
+	}
+	return obj, false
+}
