@@ -85,8 +85,10 @@ func (e *IndexError) Unwrap() error { return e.Err }
 // functions on it again. For the same reason, the key function must give a
 // stored object the same key every time it is called: the Indexer does not
 // store an object's key beside it, but computes it again when a lookup
-// meets the object or an iteration yields it. Memory follows the number of
-// objects, down after deletes as well as up.
+// meets the object or an iteration yields it. A key made of fields the
+// object holds (a struct of strings) costs nothing to compute; one built
+// by concatenation costs an allocation each time. Memory follows the
+// number of objects, down after deletes as well as up.
 //
 // Writers compute the new object's key and index values before they take
 // the Indexer's lock, so a failing index function cannot leave the indexes
