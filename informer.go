@@ -310,6 +310,8 @@ func (inf *Informer[K, T]) applyLoop(ctx context.Context) {
 			inf.checkFIFOSynced()
 		}
 	}
+	stop := context.AfterFunc(ctx, inf.inOrder.interrupt)
+	defer stop()
 	batch := make([]inOrderEntry[K, T], 0, inf.opts.BatchSize)
 	for {
 		var err error
@@ -346,12 +348,14 @@ func (inf *Informer[K, T]) applyEntries(batch []inOrderEntry[K, T]) {
 		e := &batch[i]
 		initial := e.completesSync && !inf.synced.Load()
 		switch e.kind {
-		case entryDelta:
-			if e.keyOnly {
-				inf.applyDelete(e.key, e.delta, true)
-			} else {
-				inf.applyDelta(e.key, e.delta, false)
-			}
+		case entryAdded:
+			inf.applyDelta(e.key, Delta[T]{Type: Added, Object: e.obj}, false)
+		case entryUpdated:
+			inf.applyDelta(e.key, Delta[T]{Type: Updated, Object: e.obj}, false)
+		case entryDeleted:
+			inf.applyDelete(e.key, Delta[T]{Type: Deleted, Object: e.obj}, false)
+		case entryDeletedKeyOnly:
+			inf.applyDelete(e.key, Delta[T]{Type: Deleted, Object: e.obj}, true)
 		case entryReplace:
 			inf.applyReplace(e.list, initial)
 		case entryResync:
