@@ -32,6 +32,9 @@ func (q *seqQueue[E]) at(seq uint64) *E {
 	return &q.chunks[off/chunkLen][off%chunkLen]
 }
 
+// front returns the front entry; the queue must not be empty.
+func (q *seqQueue[E]) front() *E { return q.at(q.head) }
+
 // seqs yields the sequence numbers of the queued entries, front first.
 // The queue must not change during the loop.
 func (q *seqQueue[E]) seqs() iter.Seq[uint64] {
