@@ -208,9 +208,10 @@ func (inf *Informer[K, T]) AddEventHandler(h Handler[T], opts HandlerOptions) (*
 	l.nextResync = time.Now().Add(period)
 
 	inf.applyMu.Lock()
+	l.follow(&inf.proc.feed)
 	if inf.started.Load() {
 		for k, obj := range inf.cache.All() {
-			l.push(notification[K, T]{kind: notifyAdd, key: k, obj: obj, initial: true})
+			l.pushOwn(notification[K, T]{kind: notifyAdd, key: k, obj: obj, initial: true}, l.pos.seq)
 		}
 	}
 	inf.proc.add(l)
@@ -310,6 +311,8 @@ func (inf *Informer[K, T]) applyLoop(ctx context.Context) {
 			inf.checkFIFOSynced()
 		}
 	}
+	stop := context.AfterFunc(ctx, inf.inOrder.interrupt)
+	defer stop()
 	batch := make([]inOrderEntry[K, T], 0, inf.opts.BatchSize)
 	for {
 		var err error
@@ -333,6 +336,7 @@ func (inf *Informer[K, T]) applyDeltas(batch []QueuedDeltas[K, T]) error {
 			inf.applyDelta(item.Key, d, item.IsInInitialList)
 		}
 	}
+	inf.proc.publish()
 	return nil
 }
 
@@ -346,12 +350,14 @@ func (inf *Informer[K, T]) applyEntries(batch []inOrderEntry[K, T]) {
 		e := &batch[i]
 		initial := e.completesSync && !inf.synced.Load()
 		switch e.kind {
-		case entryDelta:
-			if e.keyOnly {
-				inf.applyDelete(e.key, e.delta, true)
-			} else {
-				inf.applyDelta(e.key, e.delta, false)
-			}
+		case entryAdded:
+			inf.applyDelta(e.key, Delta[T]{Type: Added, Object: e.obj}, false)
+		case entryUpdated:
+			inf.applyDelta(e.key, Delta[T]{Type: Updated, Object: e.obj}, false)
+		case entryDeleted:
+			inf.applyDelete(e.key, Delta[T]{Type: Deleted, Object: e.obj}, false)
+		case entryDeletedKeyOnly:
+			inf.applyDelete(e.key, Delta[T]{Type: Deleted, Object: e.obj}, true)
 		case entryReplace:
 			inf.applyReplace(e.list, initial)
 		case entryResync:
@@ -360,9 +366,13 @@ func (inf *Informer[K, T]) applyEntries(batch []inOrderEntry[K, T]) {
 			}
 		}
 		if e.completesSync {
+			// The listeners must count the initial-list adds before
+			// they may see the informer synced.
+			inf.proc.publish()
 			inf.markSynced()
 		}
 	}
+	inf.proc.publish()
 }
 
 // applyReplace applies a relist as one step: deletes for every cached key
@@ -450,9 +460,15 @@ func (inf *Informer[K, T]) markSynced() {
 }
 
 func (inf *Informer[K, T]) checkFIFOSynced() {
-	if !inf.synced.Load() && inf.fifo.HasSynced() {
-		inf.markSynced()
+	if inf.synced.Load() || !inf.fifo.HasSynced() {
+		return
 	}
+	// The queue counts its initial list as handed out when it pops it;
+	// under applyMu, the listeners have been told of every notification
+	// that list made.
+	inf.applyMu.Lock()
+	defer inf.applyMu.Unlock()
+	inf.markSynced()
 }
 
 // fifoSyncWatch is the Reflector's view of a DeltaFIFO: it notices when

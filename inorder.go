@@ -21,9 +21,11 @@ type inOrderQueue[K comparable, T any] struct {
 	keyFunc   KeyFunc[K, T]
 	transform TransformFunc[T]
 
-	mu      sync.Mutex
-	cond    sync.Cond
-	entries Ring[inOrderEntry[K, T]]
+	mu   sync.Mutex
+	cond sync.Cond
+	// entries are in chunks: a burst allocates only the chunks it fills,
+	// copies nothing as it grows, and gives them back as it drains.
+	entries seqQueue[inOrderEntry[K, T]]
 	// pushed is set once anything was queued; the first entry completes
 	// the initial sync if it is not a relist, as in DeltaFIFO.
 	pushed bool
@@ -35,23 +37,27 @@ type inOrderQueue[K comparable, T any] struct {
 type entryKind uint8
 
 const (
-	entryDelta entryKind = iota + 1
+	entryAdded entryKind = iota + 1
+	entryUpdated
+	entryDeleted
+	// entryDeletedKeyOnly is a deletion whose object holds only the key;
+	// the informer delivers the state its cache held instead.
+	entryDeletedKeyOnly
 	entryReplace
 	entryResync
 )
 
 // inOrderEntry is one queued change, relist or resync.
 type inOrderEntry[K comparable, T any] struct {
-	kind  entryKind
-	key   K        // entryDelta
-	delta Delta[T] // entryDelta
-	list  []keyed[K, T]
+	kind entryKind
 	// completesSync marks the entry whose application makes the informer
 	// synced.
 	completesSync bool
-	// keyOnly marks a Deleted delta whose object holds only the key; the
-	// informer delivers the state its cache held instead.
-	keyOnly bool
+	// key and obj are a change's: an entry of a kind up to
+	// entryDeletedKeyOnly. list is a relist's.
+	key  K
+	obj  T
+	list []keyed[K, T]
 }
 
 type keyed[K comparable, T any] struct {
@@ -70,24 +76,24 @@ var (
 	_ KeyOnlyDeleter[int] = (*inOrderQueue[int, int])(nil)
 )
 
-// Add queues an Added delta.
-func (q *inOrderQueue[K, T]) Add(obj T) error { return q.queueDelta(Added, obj) }
+// Add queues an addition.
+func (q *inOrderQueue[K, T]) Add(obj T) error { return q.queueChange(entryAdded, obj) }
 
-// Update queues an Updated delta.
-func (q *inOrderQueue[K, T]) Update(obj T) error { return q.queueDelta(Updated, obj) }
+// Update queues an update.
+func (q *inOrderQueue[K, T]) Update(obj T) error { return q.queueChange(entryUpdated, obj) }
 
-// Delete queues a Deleted delta. Whether the key is known is decided when
-// it is applied.
-func (q *inOrderQueue[K, T]) Delete(obj T) error { return q.queueDelta(Deleted, obj) }
+// Delete queues a deletion. Whether the key is known is decided when it
+// is applied.
+func (q *inOrderQueue[K, T]) Delete(obj T) error { return q.queueChange(entryDeleted, obj) }
 
-// DeleteKeyOnly queues a Deleted delta whose object holds only the key
+// DeleteKeyOnly queues a deletion whose object holds only the key
 // (see Event.KeyOnly). It is not transformed: a transform may need more.
 func (q *inOrderQueue[K, T]) DeleteKeyOnly(obj T) error {
 	k, err := keyOf(q.keyFunc, obj)
 	if err != nil {
 		return err
 	}
-	q.push(inOrderEntry[K, T]{kind: entryDelta, key: k, delta: Delta[T]{Type: Deleted, Object: obj}, keyOnly: true})
+	q.push(inOrderEntry[K, T]{kind: entryDeletedKeyOnly, key: k, obj: obj})
 	return nil
 }
 
@@ -104,12 +110,12 @@ func (q *inOrderQueue[K, T]) prepare(obj T) (K, T, error) {
 	return k, out, nil
 }
 
-func (q *inOrderQueue[K, T]) queueDelta(t DeltaType, obj T) error {
+func (q *inOrderQueue[K, T]) queueChange(kind entryKind, obj T) error {
 	k, obj, err := q.prepare(obj)
 	if err != nil {
 		return err
 	}
-	q.push(inOrderEntry[K, T]{kind: entryDelta, key: k, delta: Delta[T]{Type: t, Object: obj}})
+	q.push(inOrderEntry[K, T]{kind: kind, key: k, obj: obj})
 	return nil
 }
 
@@ -154,33 +160,34 @@ func (q *inOrderQueue[K, T]) push(e inOrderEntry[K, T]) {
 		}
 		q.resyncQueued = true
 	}
-	q.entries.Push(e)
+	q.entries.push(e)
 	q.cond.Signal()
 }
 
-// popBatch waits for at least one entry and appends up to max entries to
-// dst. It returns ctx.Err() when ctx ends. The informer stops its queue
-// by ending the context, so there is no Close.
-func (q *inOrderQueue[K, T]) popBatch(ctx context.Context, max int, dst []inOrderEntry[K, T]) ([]inOrderEntry[K, T], error) {
-	stop := context.AfterFunc(ctx, func() {
-		q.mu.Lock()
-		defer q.mu.Unlock()
-		q.cond.Broadcast()
-	})
-	defer stop()
+// interrupt wakes a popBatch waiting on an empty queue, so that it sees
+// its context has ended. The consumer arranges for it to run when the
+// context ends (context.AfterFunc), once, rather than on every call.
+func (q *inOrderQueue[K, T]) interrupt() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for q.entries.Len() == 0 {
+	q.cond.Broadcast()
+}
+
+// popBatch waits for at least one entry and appends up to max entries to
+// dst. It returns ctx.Err() when ctx ends, provided interrupt runs then.
+// The informer stops its queue by ending the context, so there is no
+// Close.
+func (q *inOrderQueue[K, T]) popBatch(ctx context.Context, max int, dst []inOrderEntry[K, T]) ([]inOrderEntry[K, T], error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for q.entries.len() == 0 {
 		if err := ctx.Err(); err != nil {
 			return dst, err
 		}
 		q.cond.Wait()
 	}
-	for range max {
-		e, ok := q.entries.Pop()
-		if !ok {
-			break
-		}
+	for range min(max, q.entries.len()) {
+		e := q.entries.pop()
 		if e.kind == entryResync {
 			q.resyncQueued = false
 		}

@@ -140,9 +140,20 @@ type processor[K comparable, T any] struct {
 	// ctx and wg are set by run; listeners added later start at once.
 	ctx context.Context
 	wg  *sync.WaitGroup
+
+	// The rest belongs to the goroutine holding the informer's applyMu,
+	// which alone distributes and publishes; it publishes everything it
+	// distributed before it lets go of applyMu, so a listener added under
+	// applyMu starts at a feed with nothing unpublished.
+	feed feed[K, T]
+	// published is the feed's length at the last publish; initial counts
+	// the initial-list adds appended since.
+	published uint64
+	initial   int
 }
 
-// add registers l, starting its goroutine if the processor runs.
+// add registers l, starting its goroutine if the processor runs. l must
+// follow the feed already (see listener.follow).
 func (p *processor[K, T]) add(l *listener[K, T]) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -173,6 +184,7 @@ func (p *processor[K, T]) remove(l *listener[K, T]) bool {
 	}
 	if found {
 		l.stop()
+		p.feed.unfollow()
 	}
 	return found
 }
@@ -196,17 +208,42 @@ func (p *processor[K, T]) startLocked(l *listener[K, T]) {
 }
 
 // distribute hands n to every listener, or, for a resync (isSync), to the
-// listeners due for one. It never waits on a handler.
+// listeners due for one. It never waits on a handler. A notification for
+// every listener goes to the feed and reaches them at the next publish;
+// one for some goes to each of those listeners' own queue, ordered after
+// the feed's notifications distributed before it.
 func (p *processor[K, T]) distribute(n notification[K, T], isSync bool) {
+	if !isSync {
+		if p.feed.followers.Load() == 0 {
+			return // an informer used as a cache only
+		}
+		p.feed.append(n)
+		if n.initial {
+			p.initial++
+		}
+		return
+	}
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	targets := p.listeners
-	if isSync {
-		targets = p.syncing
+	for _, l := range p.syncing {
+		l.pushOwn(n, p.feed.seq)
 	}
-	for _, l := range targets {
-		l.push(n)
+}
+
+// publish tells every listener of the notifications distributed to the
+// feed since the last publish, and wakes them.
+func (p *processor[K, T]) publish() {
+	end := p.feed.seq
+	if end == p.published {
+		return
 	}
+	p.published = end
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	for _, l := range p.listeners {
+		l.publish(end, p.initial)
+	}
+	p.initial = 0
 }
 
 // shouldResync finds the listeners due for a resync at now, schedules
@@ -233,7 +270,18 @@ func (p *processor[K, T]) signalSynced() {
 	}
 }
 
-// listener buffers one handler's notifications and runs the handler.
+// listener delivers one handler's notifications, in order, on a
+// goroutine of its own. What waits for the handler is the part of the
+// feed it has been told of and has not read, and its own queue: a late
+// handler's replay and the resync notifications meant for it alone. So
+// the backlog of a handler that keeps up costs nothing of its own, and a
+// slow handler's costs what the feed holds for it, given back as it
+// catches up.
+//
+// In bounded mode (HandlerOptions.MaxBacklog), once the backlog passes
+// the bound, the listener reads everything waiting into pending, one slot
+// per key, and does the same with everything published until pending has
+// drained.
 type listener[K comparable, T any] struct {
 	handler      Handler[T]
 	report       func(error)
@@ -251,12 +299,27 @@ type listener[K comparable, T any] struct {
 	syncedCh   chan struct{} // closed once the handler has synced
 	syncedOnce sync.Once
 
-	mu      sync.Mutex
-	buf     Ring[notification[K, T]] // unbounded mode, source order
-	pending map[K]*slot[K, T]        // bounded mode, one slot per key
-	order   Ring[K]                  // bounded mode, keys in first-pending order
+	mu   sync.Mutex
+	feed *feed[K, T]
+	// pos is the next feed notification to deliver; the feed's
+	// notifications numbered below end have been published to this
+	// listener.
+	pos feedPos[K, T]
+	end uint64
+	own seqQueue[ownNotification[K, T]]
+	// removed is set by stop: nothing is queued any more.
+	removed bool
+	pending map[K]*slot[K, T] // bounded mode, one slot per key
+	order   seqQueue[K]       // bounded mode, keys in first-pending order
 	// initialPending counts undelivered initial-list adds.
 	initialPending int
+}
+
+// ownNotification is a notification for one listener only, delivered
+// after the feed's notifications numbered below at and before the others.
+type ownNotification[K comparable, T any] struct {
+	at uint64
+	n  notification[K, T]
 }
 
 func newListener[K comparable, T any](h Handler[T], resync time.Duration, maxBacklog int, report func(error), upstream func() bool) *listener[K, T] {
@@ -280,43 +343,92 @@ func (l *listener[K, T]) wakeUp() {
 	}
 }
 
+// stop halts the listener and drops what waits for it, so that a removed
+// handler's registration, if the program keeps it, does not keep the
+// feed's chunks reachable.
 func (l *listener[K, T]) stop() {
 	l.stopOnce.Do(func() {
 		l.halted.Store(true)
 		close(l.stopped)
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.removed = true
+		l.pos, l.end = feedPos[K, T]{}, 0
+		l.own, l.order = seqQueue[ownNotification[K, T]]{}, seqQueue[K]{}
+		l.pending = nil
 	})
 }
 
-// push queues n without blocking.
-func (l *listener[K, T]) push(n notification[K, T]) {
+// follow makes the listener read f from the next notification appended
+// on. It is called once, under the informer's applyMu, before anything is
+// queued for the listener.
+func (l *listener[K, T]) follow(f *feed[K, T]) {
 	l.mu.Lock()
-	if n.initial {
-		l.initialPending++
+	defer l.mu.Unlock()
+	l.feed = f
+	l.pos = f.follow()
+	l.end = l.pos.seq
+}
+
+// publish tells the listener that the feed's notifications numbered below
+// end are there to read, initial of them initial-list adds it has not
+// been told of yet.
+func (l *listener[K, T]) publish(end uint64, initial int) {
+	l.mu.Lock()
+	if l.removed {
+		l.mu.Unlock()
+		return
 	}
-	if l.pending != nil {
-		l.mergeLocked(n)
-	} else {
-		l.buf.Push(n)
-		if l.maxBacklog > 0 && l.buf.Len() > l.maxBacklog {
-			l.collapseLocked()
-		}
-	}
+	l.initialPending += initial
+	l.end = end
+	l.boundLocked()
 	l.mu.Unlock()
 	l.wakeUp()
 }
 
-// collapseLocked switches to bounded mode, folding the buffer into one
-// slot per key.
-func (l *listener[K, T]) collapseLocked() {
-	l.pending = make(map[K]*slot[K, T], l.buf.Len())
-	for {
-		n, ok := l.buf.Pop()
-		if !ok {
-			break
-		}
-		l.mergeLocked(n)
+// pushOwn queues n for this listener alone, after the feed's
+// notifications numbered below at.
+func (l *listener[K, T]) pushOwn(n notification[K, T], at uint64) {
+	l.mu.Lock()
+	if l.removed {
+		l.mu.Unlock()
+		return
 	}
-	l.buf.Clear()
+	if n.initial {
+		l.initialPending++
+	}
+	l.own.push(ownNotification[K, T]{at: at, n: n})
+	l.boundLocked()
+	l.mu.Unlock()
+	l.wakeUp()
+}
+
+// boundLocked keeps a bounded listener within its bound: once the backlog
+// passes it, and from then on until pending drains, it folds everything
+// waiting into one slot per key.
+func (l *listener[K, T]) boundLocked() {
+	if l.maxBacklog <= 0 || (l.pending == nil && l.waitingLocked() <= l.maxBacklog) {
+		return
+	}
+	if l.pending == nil {
+		l.pending = make(map[K]*slot[K, T], l.waitingLocked())
+	}
+	var buf [listenerBatch]notification[K, T]
+	for {
+		n := l.takeOrderedLocked(buf[:])
+		if n == 0 {
+			return
+		}
+		for i := range buf[:n] {
+			l.mergeLocked(buf[i])
+		}
+		clear(buf[:n])
+	}
+}
+
+// waitingLocked is the number of notifications waiting outside pending.
+func (l *listener[K, T]) waitingLocked() int {
+	return int(l.end-l.pos.seq) + l.own.len()
 }
 
 // mergeLocked folds n into its key's slot. A key has one slot and one
@@ -327,7 +439,7 @@ func (l *listener[K, T]) mergeLocked(n notification[K, T]) {
 	if s == nil {
 		s = &slot[K, T]{}
 		l.pending[n.key] = s
-		l.order.Push(n.key)
+		l.order.push(n.key)
 	}
 	if s.empty() {
 		s.first = n
@@ -336,19 +448,51 @@ func (l *listener[K, T]) mergeLocked(n notification[K, T]) {
 	l.initialPending -= s.merge(n)
 }
 
-// next takes the next notification to deliver.
-func (l *listener[K, T]) nextLocked() (notification[K, T], bool) {
-	if l.pending == nil {
-		return l.buf.Pop()
-	}
-	for {
-		k, ok := l.order.Pop()
-		if !ok {
-			// Drained: back to the ordered, unbounded buffer.
-			l.pending = nil
-			l.order.Clear()
-			return l.buf.Pop()
+// takeLocked moves up to len(dst) notifications, the next to deliver,
+// into dst and returns how many it moved.
+func (l *listener[K, T]) takeLocked(dst []notification[K, T]) int {
+	n := 0
+	for l.pending != nil && n < len(dst) {
+		if x, ok := l.nextPendingLocked(); ok {
+			dst[n] = x
+			n++
 		}
+	}
+	return n + l.takeOrderedLocked(dst[n:])
+}
+
+// takeOrderedLocked moves up to len(dst) published notifications, from
+// the feed and the listener's own queue in the order they were
+// distributed, into dst and returns how many it moved.
+func (l *listener[K, T]) takeOrderedLocked(dst []notification[K, T]) int {
+	n := 0
+	for n < len(dst) {
+		if l.own.len() > 0 {
+			if l.own.front().at <= l.pos.seq {
+				dst[n] = l.own.pop().n
+				n++
+				continue
+			}
+		}
+		end := l.end
+		if l.own.len() > 0 {
+			end = min(end, l.own.front().at)
+		}
+		k, pos := l.feed.read(l.pos, dst[n:], end)
+		if k == 0 {
+			break
+		}
+		l.pos = pos
+		n += k
+	}
+	return n
+}
+
+// nextPendingLocked takes the next notification in bounded mode. When
+// pending has drained it returns to ordered mode and reports false.
+func (l *listener[K, T]) nextPendingLocked() (notification[K, T], bool) {
+	for l.order.len() > 0 {
+		k := l.order.pop()
 		s := l.pending[k]
 		if s == nil || s.empty() {
 			// Added and deleted before the handler saw either.
@@ -362,31 +506,33 @@ func (l *listener[K, T]) nextLocked() (notification[K, T], bool) {
 			s.first, s.hasThen = s.then, false
 			var zero notification[K, T]
 			s.then = zero
-			l.order.Push(k)
+			l.order.push(k)
 		} else {
 			delete(l.pending, k)
 		}
 		return n, true
 	}
+	// Drained: back to ordered delivery, releasing the order's storage.
+	l.pending = nil
+	l.order = seqQueue[K]{}
+	var zero notification[K, T]
+	return zero, false
 }
 
 // backlog returns the number of notifications waiting.
 func (l *listener[K, T]) backlog() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.pending != nil {
-		n := 0
-		for _, s := range l.pending {
-			if !s.empty() {
-				n++
-			}
-			if s.hasThen {
-				n++
-			}
+	n := l.waitingLocked()
+	for _, s := range l.pending {
+		if !s.empty() {
+			n++
 		}
-		return n + l.buf.Len()
+		if s.hasThen {
+			n++
+		}
 	}
-	return l.buf.Len()
+	return n
 }
 
 // hasSynced reports whether the informer has synced and this handler has
@@ -418,19 +564,16 @@ func (l *listener[K, T]) run(ctx context.Context) {
 	defer close(l.done)
 	stopHalt := context.AfterFunc(ctx, func() { l.halted.Store(true) })
 	defer stopHalt()
-	batch := make([]notification[K, T], 0, listenerBatch)
+	// The batch is copied out of the feed, not read in place: a handler
+	// stuck in a call would otherwise keep the chunk it came from, and
+	// with it every later chunk, reachable.
+	var batch [listenerBatch]notification[K, T]
 	for {
 		l.hasSynced()
 		l.mu.Lock()
-		for len(batch) < listenerBatch {
-			n, ok := l.nextLocked()
-			if !ok {
-				break
-			}
-			batch = append(batch, n)
-		}
+		n := l.takeLocked(batch[:])
 		l.mu.Unlock()
-		if len(batch) == 0 {
+		if n == 0 {
 			select {
 			case <-l.wake:
 				continue
@@ -441,17 +584,16 @@ func (l *listener[K, T]) run(ctx context.Context) {
 			}
 		}
 		initial := 0
-		for i := range batch {
+		for i := range batch[:n] {
 			if l.halted.Load() {
 				return
 			}
-			l.call(batch[i])
+			l.call(&batch[i])
 			if batch[i].initial {
 				initial++
 			}
-			batch[i] = notification[K, T]{} // do not keep it reachable
 		}
-		batch = batch[:0]
+		clear(batch[:n]) // do not keep them reachable
 		if initial > 0 {
 			l.mu.Lock()
 			l.initialPending -= initial
@@ -461,7 +603,7 @@ func (l *listener[K, T]) run(ctx context.Context) {
 }
 
 // call runs the handler for n, recovering a panic.
-func (l *listener[K, T]) call(n notification[K, T]) {
+func (l *listener[K, T]) call(n *notification[K, T]) {
 	defer func() {
 		if v := recover(); v != nil {
 			l.report(&HandlerPanicError{Value: v, Stack: debug.Stack()})

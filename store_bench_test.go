@@ -7,24 +7,6 @@ import (
 	"testing"
 )
 
-func BenchmarkRing_PushPopSteadyState(b *testing.B) {
-	for _, depth := range []int{0, 100, 10_000} {
-		b.Run(fmt.Sprint("depth=", depth), func(b *testing.B) {
-			var r Ring[*int]
-			v := new(int)
-			for range depth {
-				r.Push(v)
-			}
-			b.ReportAllocs()
-			for b.Loop() {
-				r.Push(v)
-				r.Pop()
-			}
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "values/s")
-		})
-	}
-}
-
 // benchKey is a composite key: comparable keys need no string building.
 type benchKey struct{ ns, name string }
 
