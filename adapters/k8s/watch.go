@@ -152,7 +152,10 @@ func (w *watcher[T]) Next(ctx context.Context) (mirror.Event[T], error) {
 	for {
 		select {
 		case ev, ok := <-w.events:
-			if !ok {
+			if !ok || w.stopped.Load() || w.ctx.Err() != nil {
+				// Stop and the end of the context close the connection
+				// under client-go's decoder, which may report that as an
+				// Error event; the end itself is not an error.
 				return zero, w.fail(w.endError())
 			}
 			out, pass, err := w.event(ev)

@@ -248,6 +248,37 @@ func TestWatch_StopIsIdempotentAndEndsANextInProgressWithEOF(t *testing.T) {
 	w.Stop()
 }
 
+func TestWatch_ErrorEventCausedByStopIsStillEOF(t *testing.T) {
+	// client-go's stream watcher reports the connection Stop closes as a
+	// decoding error when its reader is waiting for the next event.
+	decoding := apierrors.NewInternalError(errors.New("unable to decode an event from the watch stream: http2: response body closed"))
+	for _, end := range []string{"Stop", "context"} {
+		// Next chooses at random between the event and the end it also
+		// sees: twenty rounds make a wrong choice all but certain to show.
+		for range 20 {
+			src := newFakeSource()
+			f := &fakePods{watches: []fakeWatch{{src: src}}}
+			ctx, cancel := context.WithCancel(context.Background())
+			w, err := f.lw(Options{}).Watch(ctx, mirror.WatchOptions{ResourceVersion: "1"})
+			require.NoError(t, err)
+			if end == "Stop" {
+				w.Stop()
+			} else {
+				cancel()
+				<-src.stopped
+			}
+			src.events <- watch.Event{Type: watch.Error, Object: &decoding.ErrStatus}
+			_, err = w.Next(context.Background())
+			cancel()
+			if end == "Stop" {
+				require.ErrorIs(t, err, io.EOF, end)
+			} else {
+				require.ErrorIs(t, err, context.Canceled, end)
+			}
+		}
+	}
+}
+
 func TestWatch_NextReturnsItsContextsErrorAndReleasesTheStream(t *testing.T) {
 	src := newFakeSource()
 	f := &fakePods{watches: []fakeWatch{{src: src}}}
