@@ -16,15 +16,9 @@ import (
 )
 
 func TestInformer_TypedInformerWithNamespaceIndexFollowsCreatesUpdatesAndDeletes(t *testing.T) {
-	t.Parallel()
-	t.Run("ConfigMaps", func(t *testing.T) {
-		t.Parallel()
-		testTypedInformer(t, configMaps)
-	})
-	t.Run("Pods", func(t *testing.T) {
-		t.Parallel()
-		testTypedInformer(t, pods)
-	})
+	bothKinds(t,
+		func(t *testing.T) { testTypedInformer(t, configMaps) },
+		func(t *testing.T) { testTypedInformer(t, pods) })
 }
 
 // testTypedInformer mirrors the objects of kind k that carry one label,

@@ -15,20 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 )
 
-// bothKinds runs test for ConfigMaps, which the server reads from etcd,
-// and Pods, which it reads from its watch cache.
-func bothKinds(t *testing.T, configMapsTest func(*testing.T), podsTest func(*testing.T)) {
-	t.Parallel()
-	t.Run("ConfigMaps", func(t *testing.T) {
-		t.Parallel()
-		configMapsTest(t)
-	})
-	t.Run("Pods", func(t *testing.T) {
-		t.Parallel()
-		podsTest(t)
-	})
-}
-
 func TestList_PagesAreOneSnapshotAtTheFirstPagesVersion(t *testing.T) {
 	bothKinds(t,
 		func(t *testing.T) { testPagedList(t, configMaps) },

@@ -66,6 +66,21 @@ var pods = kind[*corev1.Pod, *corev1.PodList]{
 	},
 }
 
+// bothKinds runs a test of ConfigMaps, which the server reads from etcd,
+// and the same test of Pods, which it reads from its watch cache, as
+// parallel subtests of a parallel test.
+func bothKinds(t *testing.T, configMapsTest func(*testing.T), podsTest func(*testing.T)) {
+	t.Parallel()
+	t.Run("ConfigMaps", func(t *testing.T) {
+		t.Parallel()
+		configMapsTest(t)
+	})
+	t.Run("Pods", func(t *testing.T) {
+		t.Parallel()
+		podsTest(t)
+	})
+}
+
 // lw returns a ListWatcher of k's objects in every namespace, read through
 // cs.
 func (k kind[T, L]) lw(cs kubernetes.Interface, opts k8s.Options) *k8s.ListWatcher[T] {

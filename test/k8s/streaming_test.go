@@ -51,15 +51,9 @@ func (c *counting[T]) counts() (lists int, streams []error) {
 }
 
 func TestStreamingList_OnAndOffGiveTheSameCache(t *testing.T) {
-	t.Parallel()
-	t.Run("ConfigMaps", func(t *testing.T) {
-		t.Parallel()
-		testStreamingOnAndOff(t, configMaps)
-	})
-	t.Run("Pods", func(t *testing.T) {
-		t.Parallel()
-		testStreamingOnAndOff(t, pods)
-	})
+	bothKinds(t,
+		func(t *testing.T) { testStreamingOnAndOff(t, configMaps) },
+		func(t *testing.T) { testStreamingOnAndOff(t, pods) })
 }
 
 func testStreamingOnAndOff[T k8s.Object, L runtime.Object](t *testing.T, k kind[T, L]) {
@@ -101,8 +95,8 @@ func testStreamingOnAndOff[T k8s.Object, L runtime.Object](t *testing.T, k kind[
 func TestStreamingList_FallsBackToListWhenTheServerRefusesIt(t *testing.T) {
 	// Not parallel: the feature gate is the whole process's, so the
 	// shared server refuses every streaming list while this test runs.
-	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.WatchList, false)
 	c := sharedCluster(t)
+	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.WatchList, false)
 	ns := c.namespace(t)
 	labels := map[string]string{"mirror-test": ns}
 	selector := "mirror-test=" + ns
