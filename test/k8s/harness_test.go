@@ -126,7 +126,7 @@ func startCluster(tb ktesting.TB) (*cluster, error) {
 	}
 	c.config = &rest.Config{
 		Host: "https://" + c.proxy.addr,
-		// The test server's certificate is made up at each start.
+		// The test server presents a self-signed certificate.
 		TLSClientConfig: rest.TLSClientConfig{Insecure: true},
 		BearerToken:     token,
 		QPS:             1000,
@@ -217,12 +217,10 @@ func (c *cluster) currentRevision(t testing.TB) int64 {
 
 // compact compacts etcd at its newest revision, so that no resource
 // version before it can be read or watched from etcd.
-func (c *cluster) compact(t testing.TB) int64 {
+func (c *cluster) compact(t testing.TB) {
 	t.Helper()
-	rev := c.currentRevision(t)
-	_, err := c.etcdClient.Compact(context.Background(), rev, clientv3.WithCompactPhysical())
+	_, err := c.etcdClient.Compact(context.Background(), c.currentRevision(t), clientv3.WithCompactPhysical())
 	require.NoError(t, err)
-	return rev
 }
 
 var namespaces atomic.Int64
@@ -278,11 +276,11 @@ type etcdServer struct {
 	stop func() // closes etcd once; (*embed.Etcd).Close panics when called twice
 }
 
-// startEtcd starts etcd with its data in dir, on ports that were free a
+// startEtcd starts etcd with its data under dir, on ports that were free a
 // moment ago; it tries again if another process took one meanwhile.
 func startEtcd(dir string) (*etcdServer, error) {
 	for attempt := 1; ; attempt++ {
-		e, err := tryStartEtcd(dir)
+		e, err := tryStartEtcd(filepath.Join(dir, fmt.Sprint(attempt)))
 		if err == nil || attempt == 3 || !errors.Is(err, syscall.EADDRINUSE) {
 			return e, err
 		}
