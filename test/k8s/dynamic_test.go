@@ -122,24 +122,20 @@ func TestDynamic_CustomResourceInformerFollowsCreatesUpdatesAndDeletes(t *testin
 func TestMetadata_PartialObjectMetadataInformerFollowsCreatesUpdatesAndDeletes(t *testing.T) {
 	t.Parallel()
 	c := sharedCluster(t)
-	ns := c.namespace(t)
-	labels := map[string]string{"mirror-test": ns}
-	selector := "mirror-test=" + ns
-	for i := range 3 {
-		configMaps.create(t, c.client, ns, fmt.Sprintf("o%d", i), labels)
-	}
+	s := c.scope(t)
+	configMaps.populate(t, c.client, s, 3)
 	client, err := metadata.NewForConfig(c.config)
 	require.NoError(t, err)
 	r := client.Resource(corev1.SchemeGroupVersion.WithResource("configmaps"))
-	inf := startInformer(t, k8s.New[*metav1.PartialObjectMetadata](r.List, r.Watch, k8s.Options{LabelSelector: selector}), informerOptions{})
-	requireConverged(t, inf, configMaps.serverState(t, c.client, selector))
+	inf := startInformer(t, k8s.New[*metav1.PartialObjectMetadata](r.List, r.Watch, s.options()), informerOptions{})
+	requireConverged(t, inf, configMaps.serverState(t, c.client, s.selector))
 
-	configMaps.annotate(t, c.client, k8s.Key{Namespace: ns, Name: "o0"}, "1")
-	configMaps.delete(t, c.client, k8s.Key{Namespace: ns, Name: "o1"})
-	requireConverged(t, inf, configMaps.serverState(t, c.client, selector))
-	o0, ok := inf.GetByKey(k8s.Key{Namespace: ns, Name: "o0"})
+	configMaps.annotate(t, c.client, k8s.Key{Namespace: s.ns, Name: "o0"}, "1")
+	configMaps.delete(t, c.client, k8s.Key{Namespace: s.ns, Name: "o1"})
+	requireConverged(t, inf, configMaps.serverState(t, c.client, s.selector))
+	o0, ok := inf.GetByKey(k8s.Key{Namespace: s.ns, Name: "o0"})
 	require.True(t, ok)
 	assert.Equal(t, "1", o0.Annotations["n"])
-	assert.Equal(t, map[k8s.Key]int{{Namespace: ns, Name: "o1"}: 1}, deleteCounts(inf.handlers[0].deleteCalls()))
+	assert.Equal(t, map[k8s.Key]int{{Namespace: s.ns, Name: "o1"}: 1}, deleteCounts(inf.handlers[0].deleteCalls()))
 	assert.Empty(t, inf.log.all())
 }

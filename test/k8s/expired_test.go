@@ -98,17 +98,15 @@ func TestInformer_ExpiredVersionRelistsAndEachHandlerGetsOneUnknownDeletePerDele
 		kind mirror.QueueKind
 	}{{"InOrder", mirror.InOrderQueue}, {"DeltaFIFO", mirror.DeltaFIFOQueue}} {
 		t.Run(q.name, func(t *testing.T) {
-			ns := c.namespace(t)
-			selector := "mirror-test=" + ns
-			labels := map[string]string{"mirror-test": ns}
+			s := c.scope(t)
 			for i := range 20 {
-				configMaps.create(t, c.client, ns, fmt.Sprintf("c%02d", i), labels)
+				configMaps.create(t, c.client, s.ns, fmt.Sprintf("c%02d", i), s.labels)
 			}
 			// ConfigMaps skip the watch cache (see apiserverFlags): a
 			// watch from a compacted version fails in etcd.
-			lw := newCuttable[*corev1.ConfigMap](configMaps.lw(c.client, k8s.Options{LabelSelector: selector}))
+			lw := newCuttable[*corev1.ConfigMap](configMaps.lw(c.client, s.options()))
 			inf := startInformer(t, lw, informerOptions{queue: q.kind, handlers: 2})
-			requireConverged(t, inf, configMaps.serverState(t, c.client, selector))
+			requireConverged(t, inf, configMaps.serverState(t, c.client, s.selector))
 			known := make(map[k8s.Key]*corev1.ConfigMap)
 			for k, o := range inf.All() {
 				known[k] = o
@@ -117,25 +115,25 @@ func TestInformer_ExpiredVersionRelistsAndEachHandlerGetsOneUnknownDeletePerDele
 			lw.cut(t)
 			deleted := make(map[k8s.Key]int) // key -> deletes each handler must get
 			for i := range 5 {
-				k := k8s.Key{Namespace: ns, Name: fmt.Sprintf("c%02d", i)}
+				k := k8s.Key{Namespace: s.ns, Name: fmt.Sprintf("c%02d", i)}
 				configMaps.delete(t, c.client, k)
 				deleted[k] = 1
 			}
 			for i := 10; i < 13; i++ {
-				configMaps.annotate(t, c.client, k8s.Key{Namespace: ns, Name: fmt.Sprintf("c%02d", i)}, "changed")
+				configMaps.annotate(t, c.client, k8s.Key{Namespace: s.ns, Name: fmt.Sprintf("c%02d", i)}, "changed")
 			}
 			// Deleted and created again while cut: it is still there, so
 			// no delete.
-			configMaps.delete(t, c.client, k8s.Key{Namespace: ns, Name: "c15"})
-			configMaps.create(t, c.client, ns, "c15", labels)
+			configMaps.delete(t, c.client, k8s.Key{Namespace: s.ns, Name: "c15"})
+			configMaps.create(t, c.client, s.ns, "c15", s.labels)
 			// Created and deleted while cut: never known, so no delete.
-			configMaps.create(t, c.client, ns, "ephemeral", labels)
-			configMaps.delete(t, c.client, k8s.Key{Namespace: ns, Name: "ephemeral"})
-			configMaps.create(t, c.client, ns, "new", labels)
+			configMaps.create(t, c.client, s.ns, "ephemeral", s.labels)
+			configMaps.delete(t, c.client, k8s.Key{Namespace: s.ns, Name: "ephemeral"})
+			configMaps.create(t, c.client, s.ns, "new", s.labels)
 			c.compact(t)
 			lw.resume()
 
-			requireConverged(t, inf, configMaps.serverState(t, c.client, selector))
+			requireConverged(t, inf, configMaps.serverState(t, c.client, s.selector))
 			assert.True(t, inf.log.has(mirror.ErrExpired), "the watch found its version compacted: %v", inf.log.all())
 			assert.Equal(t, int64(1), inf.ReflectorStats().Relists, "%v", inf.log.all())
 			for i, h := range inf.handlers {

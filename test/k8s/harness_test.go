@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/listwatch/mirror/adapters/k8s"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
@@ -222,6 +223,26 @@ func (c *cluster) compact(t testing.TB) {
 	_, err := c.etcdClient.Compact(context.Background(), c.currentRevision(t), clientv3.WithCompactPhysical())
 	require.NoError(t, err)
 }
+
+// scope is one test's part of a cluster: a namespace of its own, and a
+// label that marks the test's objects in any namespace, which the test's
+// ListWatchers select.
+type scope struct {
+	ns       string
+	labels   map[string]string
+	selector string
+}
+
+// scope creates a namespace for t and names the label of t's objects after
+// it.
+func (c *cluster) scope(t testing.TB) scope {
+	t.Helper()
+	ns := c.namespace(t)
+	return scope{ns: ns, labels: map[string]string{"mirror-test": ns}, selector: "mirror-test=" + ns}
+}
+
+// options are the adapter's options that select s's objects.
+func (s scope) options() k8s.Options { return k8s.Options{LabelSelector: s.selector} }
 
 var namespaces atomic.Int64
 

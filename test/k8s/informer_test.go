@@ -94,12 +94,9 @@ func requireIndexed[T k8s.Object](t *testing.T, inf *mirror.Informer[k8s.Key, T]
 
 func TestInformer_RunReturnsAfterCancelAndLeavesNoGoroutine(t *testing.T) {
 	c := sharedCluster(t)
-	ns := c.namespace(t)
-	labels := map[string]string{"mirror-test": ns}
-	for i := range 5 {
-		configMaps.create(t, c.client, ns, fmt.Sprintf("c%d", i), labels)
-		pods.create(t, c.client, ns, fmt.Sprintf("p%d", i), labels)
-	}
+	s := c.scope(t)
+	configMaps.populate(t, c.client, s, 5)
+	pods.populate(t, c.client, s, 5)
 	// Warm the clients' connections, so that what remains afterwards is
 	// only what the informers started.
 	configMaps.serverState(t, c.client, "")
@@ -112,15 +109,16 @@ func TestInformer_RunReturnsAfterCancelAndLeavesNoGoroutine(t *testing.T) {
 	}{{"InOrder", mirror.InOrderQueue}, {"DeltaFIFO", mirror.DeltaFIFOQueue}} {
 		for _, streaming := range []bool{false, true} {
 			ctx, cancel := context.WithCancel(context.Background())
-			cms := runUntilCancelled(t, ctx, configMaps.lw(c.client, k8s.Options{LabelSelector: "mirror-test=" + ns}), q.kind, streaming)
-			ps := runUntilCancelled(t, ctx, pods.lw(c.client, k8s.Options{LabelSelector: "mirror-test=" + ns}), q.kind, streaming)
+			cms := runUntilCancelled(t, ctx, configMaps.lw(c.client, s.options()), q.kind, streaming)
+			ps := runUntilCancelled(t, ctx, pods.lw(c.client, s.options()), q.kind, streaming)
 			// Events in flight through the watches.
-			configMaps.annotate(t, c.client, k8s.Key{Namespace: ns, Name: "c0"}, q.name)
-			pods.annotate(t, c.client, k8s.Key{Namespace: ns, Name: "p0"}, q.name)
+			o0, v := k8s.Key{Namespace: s.ns, Name: "o0"}, fmt.Sprintf("%s-%v", q.name, streaming)
+			configMaps.annotate(t, c.client, o0, v)
+			pods.annotate(t, c.client, o0, v)
 			require.Eventually(t, func() bool {
-				c0, _ := cms.inf.GetByKey(k8s.Key{Namespace: ns, Name: "c0"})
-				p0, _ := ps.inf.GetByKey(k8s.Key{Namespace: ns, Name: "p0"})
-				return c0.GetAnnotations()["n"] == q.name && p0.GetAnnotations()["n"] == q.name
+				cm, _ := cms.inf.GetByKey(o0)
+				p, _ := ps.inf.GetByKey(o0)
+				return cm.GetAnnotations()["n"] == v && p.GetAnnotations()["n"] == v
 			}, convergeTimeout, 10*time.Millisecond)
 			cancel()
 			for _, done := range []chan error{cms.done, ps.done} {

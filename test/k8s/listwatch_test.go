@@ -2,7 +2,6 @@ package k8s
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"strconv"
 	"testing"
@@ -23,13 +22,10 @@ func TestList_PagesAreOneSnapshotAtTheFirstPagesVersion(t *testing.T) {
 
 func testPagedList[T k8s.Object, L runtime.Object](t *testing.T, k kind[T, L]) {
 	c := sharedCluster(t)
-	ns := c.namespace(t)
-	labels := map[string]string{"mirror-test": ns}
-	for i := range 7 {
-		k.create(t, c.client, ns, fmt.Sprintf("o%d", i), labels)
-	}
-	want := k.serverState(t, c.client, "mirror-test="+ns)
-	lw := k.lw(c.client, k8s.Options{LabelSelector: "mirror-test=" + ns})
+	s := c.scope(t)
+	k.populate(t, c.client, s, 7)
+	want := k.serverState(t, c.client, s.selector)
+	lw := k.lw(c.client, s.options())
 	ctx := context.Background()
 
 	got := make(map[k8s.Key]string)
@@ -43,7 +39,7 @@ func testPagedList[T k8s.Object, L runtime.Object](t *testing.T, k kind[T, L]) {
 		if page == 1 {
 			rv = res.ResourceVersion
 			// Written between pages: not in this list.
-			k.create(t, c.client, ns, "late", labels)
+			k.create(t, c.client, s.ns, "late", s.labels)
 		}
 		assert.Equal(t, rv, res.ResourceVersion, "page %d is at the first page's version", page)
 		for _, o := range res.Items {
@@ -78,15 +74,14 @@ func TestWatch_FromNowReportsOnlyLaterChanges(t *testing.T) {
 
 func testWatchFromNow[T k8s.Object, L runtime.Object](t *testing.T, k kind[T, L]) {
 	c := sharedCluster(t)
-	ns := c.namespace(t)
-	labels := map[string]string{"mirror-test": ns}
-	k.create(t, c.client, ns, "before", labels)
+	s := c.scope(t)
+	k.create(t, c.client, s.ns, "before", s.labels)
 	ctx, cancel := context.WithTimeout(context.Background(), convergeTimeout)
 	defer cancel()
-	w, err := k.lw(c.client, k8s.Options{LabelSelector: "mirror-test=" + ns}).Watch(ctx, mirror.WatchOptions{})
+	w, err := k.lw(c.client, s.options()).Watch(ctx, mirror.WatchOptions{})
 	require.NoError(t, err)
 	defer w.Stop()
-	after := k.create(t, c.client, ns, "after", labels)
+	after := k.create(t, c.client, s.ns, "after", s.labels)
 
 	ev, err := w.Next(ctx)
 	require.NoError(t, err)
@@ -103,16 +98,12 @@ func TestWatch_StreamingListSendsTheStateThenTheEndBookmarkThenChanges(t *testin
 
 func testStreamingWatch[T k8s.Object, L runtime.Object](t *testing.T, k kind[T, L]) {
 	c := sharedCluster(t)
-	ns := c.namespace(t)
-	labels := map[string]string{"mirror-test": ns}
-	selector := "mirror-test=" + ns
-	for i := range 3 {
-		k.create(t, c.client, ns, fmt.Sprintf("o%d", i), labels)
-	}
-	want := k.serverState(t, c.client, selector)
+	s := c.scope(t)
+	k.populate(t, c.client, s, 3)
+	want := k.serverState(t, c.client, s.selector)
 	ctx, cancel := context.WithTimeout(context.Background(), convergeTimeout)
 	defer cancel()
-	w, err := k.lw(c.client, k8s.Options{LabelSelector: selector}).Watch(ctx, mirror.WatchOptions{SendInitialEvents: true})
+	w, err := k.lw(c.client, s.options()).Watch(ctx, mirror.WatchOptions{SendInitialEvents: true})
 	require.NoError(t, err)
 	defer w.Stop()
 
@@ -129,7 +120,7 @@ func testStreamingWatch[T k8s.Object, L runtime.Object](t *testing.T, k kind[T, 
 	}
 	assert.Equal(t, want, got)
 
-	k.annotate(t, c.client, k8s.Key{Namespace: ns, Name: "o1"}, "1")
+	k.annotate(t, c.client, k8s.Key{Namespace: s.ns, Name: "o1"}, "1")
 	ev, err := w.Next(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, mirror.EventModified, ev.Type)

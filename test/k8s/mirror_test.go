@@ -95,6 +95,14 @@ func (k kind[T, L]) create(t testing.TB, cs kubernetes.Interface, ns, name strin
 	return obj
 }
 
+// populate creates o0 to o<n-1> in s's namespace, with s's label.
+func (k kind[T, L]) populate(t testing.TB, cs kubernetes.Interface, s scope, n int) {
+	t.Helper()
+	for i := range n {
+		k.create(t, cs, s.ns, fmt.Sprintf("o%d", i), s.labels)
+	}
+}
+
 // annotate sets the annotation "n" of an object to v: a change every
 // resource allows.
 func (k kind[T, L]) annotate(t testing.TB, cs kubernetes.Interface, key k8s.Key, v string) T {

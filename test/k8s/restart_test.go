@@ -1,7 +1,6 @@
 package k8s
 
 import (
-	"fmt"
 	"testing"
 	"time"
 
@@ -17,17 +16,13 @@ func TestInformer_ConvergesAfterTheAPIServerRestartsOnTheSameEtcd(t *testing.T) 
 	// Not parallel, and on a cluster of its own: it stops its server.
 	c, err := startCluster(t)
 	require.NoError(t, err)
-	ns := c.namespace(t)
-	labels := map[string]string{"mirror-test": ns}
-	selector := "mirror-test=" + ns
-	for i := range 8 {
-		configMaps.create(t, c.client, ns, fmt.Sprintf("o%d", i), labels)
-		pods.create(t, c.client, ns, fmt.Sprintf("o%d", i), labels)
-	}
-	cms := startInformer(t, configMaps.lw(c.client, k8s.Options{LabelSelector: selector}), informerOptions{})
-	ps := startInformer(t, pods.lw(c.client, k8s.Options{LabelSelector: selector}), informerOptions{})
-	requireConverged(t, cms, configMaps.serverState(t, c.client, selector))
-	requireConverged(t, ps, pods.serverState(t, c.client, selector))
+	s := c.scope(t)
+	configMaps.populate(t, c.client, s, 8)
+	pods.populate(t, c.client, s, 8)
+	cms := startInformer(t, configMaps.lw(c.client, s.options()), informerOptions{})
+	ps := startInformer(t, pods.lw(c.client, s.options()), informerOptions{})
+	requireConverged(t, cms, configMaps.serverState(t, c.client, s.selector))
+	requireConverged(t, ps, pods.serverState(t, c.client, s.selector))
 
 	c.stopServer()
 	require.Eventually(t, func() bool { return cms.log.has(mirror.ErrUnavailable) && ps.log.has(mirror.ErrUnavailable) },
@@ -36,24 +31,24 @@ func TestInformer_ConvergesAfterTheAPIServerRestartsOnTheSameEtcd(t *testing.T) 
 	// changed what they hold.
 	require.NoError(t, c.startServer(t))
 	admin := c.admin(t)
-	changeWhileAway(t, configMaps, admin, ns, labels)
-	changeWhileAway(t, pods, admin, ns, labels)
+	changeWhileAway(t, configMaps, admin, s)
+	changeWhileAway(t, pods, admin, s)
 	require.NoError(t, c.connect())
 
-	requireConverged(t, cms, configMaps.serverState(t, c.client, selector))
-	requireConverged(t, ps, pods.serverState(t, c.client, selector))
-	deleted := map[k8s.Key]int{{Namespace: ns, Name: "o0"}: 1, {Namespace: ns, Name: "o1"}: 1}
+	requireConverged(t, cms, configMaps.serverState(t, c.client, s.selector))
+	requireConverged(t, ps, pods.serverState(t, c.client, s.selector))
+	deleted := map[k8s.Key]int{{Namespace: s.ns, Name: "o0"}: 1, {Namespace: s.ns, Name: "o1"}: 1}
 	assert.Equal(t, deleted, deleteCounts(cms.handlers[0].deleteCalls()), "ConfigMaps: one delete per deleted object")
 	assert.Equal(t, deleted, deleteCounts(ps.handlers[0].deleteCalls()), "Pods: one delete per deleted object")
 }
 
 // changeWhileAway deletes o0 and o1, changes o2 and o3 and creates o8, all
 // through cs.
-func changeWhileAway[T k8s.Object, L runtime.Object](t *testing.T, k kind[T, L], cs kubernetes.Interface, ns string, labels map[string]string) {
+func changeWhileAway[T k8s.Object, L runtime.Object](t *testing.T, k kind[T, L], cs kubernetes.Interface, s scope) {
 	t.Helper()
-	k.delete(t, cs, k8s.Key{Namespace: ns, Name: "o0"})
-	k.delete(t, cs, k8s.Key{Namespace: ns, Name: "o1"})
-	k.annotate(t, cs, k8s.Key{Namespace: ns, Name: "o2"}, "away")
-	k.annotate(t, cs, k8s.Key{Namespace: ns, Name: "o3"}, "away")
-	k.create(t, cs, ns, "o8", labels)
+	k.delete(t, cs, k8s.Key{Namespace: s.ns, Name: "o0"})
+	k.delete(t, cs, k8s.Key{Namespace: s.ns, Name: "o1"})
+	k.annotate(t, cs, k8s.Key{Namespace: s.ns, Name: "o2"}, "away")
+	k.annotate(t, cs, k8s.Key{Namespace: s.ns, Name: "o3"}, "away")
+	k.create(t, cs, s.ns, "o8", s.labels)
 }

@@ -3,7 +3,6 @@ package k8s
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"testing"
 
@@ -58,25 +57,20 @@ func TestStreamingList_OnAndOffGiveTheSameCache(t *testing.T) {
 
 func testStreamingOnAndOff[T k8s.Object, L runtime.Object](t *testing.T, k kind[T, L]) {
 	c := sharedCluster(t)
-	ns := c.namespace(t)
-	labels := map[string]string{"mirror-test": ns}
-	selector := "mirror-test=" + ns
-	for i := range 6 {
-		k.create(t, c.client, ns, fmt.Sprintf("o%d", i), labels)
-	}
-
-	streamed := &counting[T]{ListWatcher: k.lw(c.client, k8s.Options{LabelSelector: selector})}
-	listed := &counting[T]{ListWatcher: k.lw(c.client, k8s.Options{LabelSelector: selector})}
+	s := c.scope(t)
+	k.populate(t, c.client, s, 6)
+	streamed := &counting[T]{ListWatcher: k.lw(c.client, s.options())}
+	listed := &counting[T]{ListWatcher: k.lw(c.client, s.options())}
 	sinf := startInformer(t, streamed, informerOptions{streaming: true})
 	linf := startInformer(t, listed, informerOptions{})
-	want := k.serverState(t, c.client, selector)
+	want := k.serverState(t, c.client, s.selector)
 	requireConverged(t, sinf, want)
 	requireConverged(t, linf, want)
 
-	k.annotate(t, c.client, k8s.Key{Namespace: ns, Name: "o0"}, "1")
-	k.delete(t, c.client, k8s.Key{Namespace: ns, Name: "o1"})
-	k.create(t, c.client, ns, "o6", labels)
-	want = k.serverState(t, c.client, selector)
+	k.annotate(t, c.client, k8s.Key{Namespace: s.ns, Name: "o0"}, "1")
+	k.delete(t, c.client, k8s.Key{Namespace: s.ns, Name: "o1"})
+	k.create(t, c.client, s.ns, "o6", s.labels)
+	want = k.serverState(t, c.client, s.selector)
 	requireConverged(t, sinf, want)
 	requireConverged(t, linf, want)
 	assert.Equal(t, versionsByKey(linf.All()), versionsByKey(sinf.All()))
@@ -97,19 +91,14 @@ func TestStreamingList_FallsBackToListWhenTheServerRefusesIt(t *testing.T) {
 	// shared server refuses every streaming list while this test runs.
 	c := sharedCluster(t)
 	featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.WatchList, false)
-	ns := c.namespace(t)
-	labels := map[string]string{"mirror-test": ns}
-	selector := "mirror-test=" + ns
-	for i := range 4 {
-		pods.create(t, c.client, ns, fmt.Sprintf("p%d", i), labels)
-	}
-
-	lw := &counting[*corev1.Pod]{ListWatcher: pods.lw(c.client, k8s.Options{LabelSelector: selector})}
+	s := c.scope(t)
+	pods.populate(t, c.client, s, 4)
+	lw := &counting[*corev1.Pod]{ListWatcher: pods.lw(c.client, s.options())}
 	inf := startInformer(t, lw, informerOptions{streaming: true})
-	requireConverged(t, inf, pods.serverState(t, c.client, selector))
-	pods.delete(t, c.client, k8s.Key{Namespace: ns, Name: "p0"})
-	pods.create(t, c.client, ns, "p4", labels)
-	requireConverged(t, inf, pods.serverState(t, c.client, selector))
+	requireConverged(t, inf, pods.serverState(t, c.client, s.selector))
+	pods.delete(t, c.client, k8s.Key{Namespace: s.ns, Name: "o0"})
+	pods.create(t, c.client, s.ns, "o4", s.labels)
+	requireConverged(t, inf, pods.serverState(t, c.client, s.selector))
 
 	lists, streams := lw.counts()
 	require.Len(t, streams, 1, "one refusal is enough")
