@@ -1,0 +1,125 @@
+package k8s
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"syscall"
+	"testing"
+
+	"github.com/listwatch/mirror"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+)
+
+var pods = schema.GroupResource{Resource: "pods"}
+
+// tooLarge is the error a kube-apiserver since 1.19 returns for a version
+// it has not reached.
+func tooLarge() error {
+	err := apierrors.NewTimeoutError("Too large resource version: 12, current: 10", 1)
+	err.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: metav1.CauseTypeResourceVersionTooLarge, Message: "Too large resource version"}}
+	return err
+}
+
+// gone is the 410 Gone that servers before 1.18 returned where newer ones
+// say Expired.
+func gone() error {
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status: metav1.StatusFailure, Code: http.StatusGone, Reason: metav1.StatusReasonGone, Message: "gone",
+	}}
+}
+
+// netError is what client-go returns when a request fails below HTTP.
+func netError(op string, errno syscall.Errno) error {
+	return &url.Error{Op: "Get", URL: "https://127.0.0.1:6443/api/v1/pods", Err: &net.OpError{
+		Op: op, Net: "tcp", Err: os.NewSyscallError(op, errno),
+	}}
+}
+
+func TestClassify_MapsKubernetesErrorsToMirrorKinds(t *testing.T) {
+	live := context.Background()
+	done, cancel := context.WithCancel(live)
+	cancel()
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		err  error
+		want error
+	}{
+		{"410 expired", live, apierrors.NewResourceExpired("too old resource version: 5 (10)"), mirror.ErrExpired},
+		{"410 gone", live, gone(), mirror.ErrExpired},
+		{"410 expired continue token", live, apierrors.NewResourceExpired("The provided continue parameter is too old"), mirror.ErrExpired},
+		{"too large resource version", live, tooLarge(), mirror.ErrTooLargeResourceVersion},
+		{"too large resource version, before 1.19", live, apierrors.NewTimeoutError("Too large resource version: 12, current: 10", 1), mirror.ErrTooLargeResourceVersion},
+		{"429", live, apierrors.NewTooManyRequests("slow down", 1), mirror.ErrUnavailable},
+		{"503", live, apierrors.NewServiceUnavailable("starting"), mirror.ErrUnavailable},
+		{"504 server timeout", live, apierrors.NewServerTimeout(pods, "list", 1), mirror.ErrUnavailable},
+		{"504 timeout", live, apierrors.NewTimeoutError("storage did not answer", 0), mirror.ErrUnavailable},
+		{"502 from a proxy", live, apierrors.NewGenericServerResponse(http.StatusBadGateway, "get", pods, "", "", 0, false), mirror.ErrUnavailable},
+		{"connection refused", live, netError("dial", syscall.ECONNREFUSED), mirror.ErrUnavailable},
+		{"connection reset", live, netError("read", syscall.ECONNRESET), mirror.ErrUnavailable},
+		{"no route", live, netError("dial", syscall.EHOSTUNREACH), mirror.ErrUnavailable},
+		{"unexpected EOF", live, &url.Error{Op: "Get", URL: "https://x", Err: io.ErrUnexpectedEOF}, mirror.ErrUnavailable},
+		{"http2 connection lost", live, errors.New("http2: client connection lost"), mirror.ErrUnavailable},
+		{"client timeout", live, &url.Error{Op: "Get", URL: "https://x", Err: context.DeadlineExceeded}, mirror.ErrUnavailable},
+		{"caller's deadline", done, context.DeadlineExceeded, nil},
+		{"caller canceled", done, &url.Error{Op: "Get", URL: "https://x", Err: context.Canceled}, nil},
+		{"500", live, apierrors.NewInternalError(errors.New("boom")), nil},
+		{"404", live, apierrors.NewNotFound(pods, ""), nil},
+		{"403", live, apierrors.NewForbidden(pods, "", errors.New("rbac")), nil},
+		{"400", live, apierrors.NewBadRequest("bad"), nil},
+		{"other", live, errors.New("boom"), nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, classify(tc.ctx, tc.err))
+		})
+	}
+}
+
+func TestWrapError_KeepsKindAndCauseVisible(t *testing.T) {
+	cause := apierrors.NewResourceExpired("too old resource version: 5 (10)")
+	err := wrapError(context.Background(), cause, "k8s: watch %s from resource version %q", "*v1.Pod", "5")
+	require.ErrorIs(t, err, mirror.ErrExpired)
+	var status *apierrors.StatusError
+	require.ErrorAs(t, err, &status)
+	assert.Equal(t, cause, status)
+	assert.Equal(t, `k8s: watch *v1.Pod from resource version "5": mirror: resource version expired: too old resource version: 5 (10)`, err.Error())
+
+	err = wrapError(context.Background(), errors.New("boom"), "k8s: list %s", "*v1.Pod")
+	assert.Equal(t, `k8s: list *v1.Pod: boom`, err.Error())
+}
+
+func TestStreamingRefused_RecognisesTheServersRefusals(t *testing.T) {
+	invalid := func(fields ...string) error {
+		var errs field.ErrorList
+		for _, f := range fields {
+			errs = append(errs, field.Forbidden(field.NewPath(f), "forbidden"))
+		}
+		return apierrors.NewInvalid(schema.GroupKind{Group: "meta.k8s.io", Kind: "ListOptions"}, "", errs)
+	}
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"WatchList gate off", invalid("sendInitialEvents"), true},
+		{"server before 1.27", invalid("resourceVersionMatch"), true},
+		{"another invalid option", invalid("fieldSelector"), false},
+		{"invalid without causes", apierrors.NewInvalid(schema.GroupKind{Kind: "ListOptions"}, "", nil), false},
+		{"expired", apierrors.NewResourceExpired("too old"), false},
+		{"other", errors.New("sendInitialEvents"), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, streamingRefused(tc.err))
+		})
+	}
+}

@@ -1,0 +1,149 @@
+// Package k8s adapts Kubernetes clients to mirror.ListWatcher, so that a
+// mirror.Informer keeps a typed, indexed cache of Kubernetes objects:
+// *corev1.Pod rather than interface{}, tombstones of the same type, and
+// keys that are comparable structs instead of "namespace/name" strings.
+//
+// The adapter reads through the caller's client, so configuration,
+// authentication, rate limits and the choice of namespace stay the
+// caller's. New takes the List and Watch methods of any typed client;
+// NewDynamic takes a dynamic client's resource (any resource, custom
+// resources included); FromListerWatcher takes a client-go
+// cache.ListerWatcher.
+//
+// Lists are paged with limit and continue; a list at a resource version
+// asks for a state not older than that version. Watches ask for bookmarks
+// and a server-side timeout. Streaming lists (sendInitialEvents) are asked
+// for when the Reflector wants one, and a server that refuses them makes
+// Watch fail with an error wrapping errors.ErrUnsupported, so the
+// Reflector falls back to List. The server's errors are classified for
+// the Reflector: 410 Gone and Expired wrap mirror.ErrExpired, "too large
+// resource version" wraps mirror.ErrTooLargeResourceVersion, and 429, 503,
+// 504, refused or lost connections wrap mirror.ErrUnavailable. The
+// original error stays visible to errors.As (*apierrors.StatusError, for
+// one).
+package k8s
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+
+	"github.com/listwatch/mirror"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/cache"
+)
+
+// Object is what the adapter lists and watches: a Kubernetes object with
+// metadata, such as *corev1.Pod or *unstructured.Unstructured.
+type Object interface {
+	metav1.Object
+	runtime.Object
+}
+
+// ListFunc lists objects, as the List method of a typed client does:
+// clientset.CoreV1().Pods(ns).List is a ListFunc[*corev1.PodList].
+type ListFunc[L runtime.Object] func(ctx context.Context, opts metav1.ListOptions) (L, error)
+
+// WatchFunc watches objects, as the Watch method of a typed or dynamic
+// client does.
+type WatchFunc func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+
+// Options tunes a ListWatcher. The zero value lists and watches every
+// object the client can reach.
+type Options struct {
+	// LabelSelector and FieldSelector restrict lists and watches to the
+	// objects they select, in the syntax of metav1.ListOptions (for
+	// example "app=web" and "spec.nodeName=node-1"). Empty selects every
+	// object.
+	LabelSelector string
+	FieldSelector string
+}
+
+// ListWatcher lists and watches Kubernetes objects of type T through a
+// client's list and watch functions. *ListWatcher[T] implements
+// mirror.ListWatcher[T]. It is safe for concurrent use if the client is
+// (client-go's clients are); it holds no resources of its own, and every
+// Watcher it returns ends with its context or its Stop.
+type ListWatcher[T Object] struct {
+	list  func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error)
+	watch WatchFunc
+	opts  Options
+	// what names T in errors, such as "*v1.Pod".
+	what string
+}
+
+var _ mirror.ListWatcher[*unstructured.Unstructured] = (*ListWatcher[*unstructured.Unstructured])(nil)
+
+// New returns a ListWatcher of the objects that list and watch return,
+// typically the methods of a typed client:
+//
+//	pods := clientset.CoreV1().Pods(metav1.NamespaceAll)
+//	lw := k8s.New[*corev1.Pod](pods.List, pods.Watch, k8s.Options{})
+//
+// T is the type of the list's items, as pointers (*corev1.Pod for a
+// *corev1.PodList); an item or event of another type is reported as an
+// *mirror.ObjectError and skipped.
+func New[T Object, L runtime.Object](list ListFunc[L], watch WatchFunc, opts Options) *ListWatcher[T] {
+	return newListWatcher[T](func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+		l, err := list(ctx, o)
+		if err != nil {
+			// A typed client returns a typed nil with its error, which
+			// is not a nil runtime.Object.
+			return nil, err
+		}
+		return l, nil
+	}, watch, opts)
+}
+
+// NewDynamic returns a ListWatcher of the objects of one resource of a
+// dynamic client, such as dyn.Resource(gvr).Namespace(ns) for a namespaced
+// custom resource, or dyn.Resource(gvr) for all namespaces.
+func NewDynamic(r dynamic.ResourceInterface, opts Options) *ListWatcher[*unstructured.Unstructured] {
+	return New[*unstructured.Unstructured](r.List, r.Watch, opts)
+}
+
+// FromListerWatcher returns a ListWatcher of the objects of type T that lw
+// lists and watches, such as one made by cache.NewListWatchFromClient.
+// The context is passed on if lw implements
+// cache.ListerWatcherWithContext.
+func FromListerWatcher[T Object](lw cache.ListerWatcher, opts Options) *ListWatcher[T] {
+	c := cache.ToListerWatcherWithContext(lw)
+	return newListWatcher[T](c.ListWithContext, c.WatchWithContext, opts)
+}
+
+func newListWatcher[T Object](list func(context.Context, metav1.ListOptions) (runtime.Object, error), watch WatchFunc, opts Options) *ListWatcher[T] {
+	var zero T
+	return &ListWatcher[T]{list: list, watch: watch, opts: opts, what: fmt.Sprintf("%T", zero)}
+}
+
+// listOptions returns the options every request of lw starts from.
+func (lw *ListWatcher[T]) listOptions() metav1.ListOptions {
+	return metav1.ListOptions{LabelSelector: lw.opts.LabelSelector, FieldSelector: lw.opts.FieldSelector}
+}
+
+// object returns o as a T, or an *mirror.ObjectError naming o if it is
+// not one. rv is the version it was read at, for the error.
+func (lw *ListWatcher[T]) object(o runtime.Object, rv string) (T, error) {
+	obj, ok := o.(T)
+	if ok && !isNil(obj) {
+		return obj, nil
+	}
+	err := &mirror.ObjectError{ResourceVersion: rv, Err: fmt.Errorf("k8s: got a %T, want a %s", o, lw.what)}
+	if m, ok := o.(metav1.Object); ok && !isNil(m) {
+		err.Key = Key{Namespace: m.GetNamespace(), Name: m.GetName()}.String()
+		err.ResourceVersion = m.GetResourceVersion()
+	}
+	var zero T
+	return zero, err
+}
+
+// isNil reports whether v holds a nil pointer, which no client should
+// return but which would make every method call on it panic.
+func isNil(v any) bool {
+	r := reflect.ValueOf(v)
+	return !r.IsValid() || r.Kind() == reflect.Pointer && r.IsNil()
+}
