@@ -377,21 +377,24 @@ func (inf *Informer[K, T]) applyEntries(batch []inOrderEntry[K, T]) {
 
 // applyReplace applies a relist as one step: deletes for every cached key
 // it does not list, then adds and updates.
-func (inf *Informer[K, T]) applyReplace(list []keyed[K, T], initial bool) {
+func (inf *Informer[K, T]) applyReplace(list *relist[K, T], initial bool) {
 	if inf.cache.Len() > 0 {
 		inf.deleteUnlisted(list)
 	}
-	for _, it := range list {
-		inf.applyDelta(it.key, Delta[T]{Type: Replaced, Object: it.obj}, initial)
+	// What is left are listed keys: make room for the whole list at once
+	// rather than growing the cache step by step as it fills.
+	inf.cache.reserve(list.len())
+	for k, obj := range list.all() {
+		inf.applyDelta(k, Delta[T]{Type: Replaced, Object: obj}, initial)
 	}
 }
 
 // deleteUnlisted deletes every cached key that list lacks and tells the
 // handlers that its final state is unknown.
-func (inf *Informer[K, T]) deleteUnlisted(list []keyed[K, T]) {
-	listed := make(map[K]struct{}, len(list))
-	for _, it := range list {
-		listed[it.key] = struct{}{}
+func (inf *Informer[K, T]) deleteUnlisted(list *relist[K, T]) {
+	listed := make(map[K]struct{}, list.len())
+	for k := range list.all() {
+		listed[k] = struct{}{}
 	}
 	var gone []K
 	for k := range inf.cache.All() {

@@ -642,6 +642,61 @@ func TestInformer_FailingKeyFunctionSkipsOnlyThatObject(t *testing.T) {
 	})
 }
 
+func TestInformer_ListReadInPagesIsAppliedWhole(t *testing.T) {
+	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
+		f := newFixture(t, kind, func(o *mirror.InformerOptions[string, item]) {
+			o.Reflector.PageSize = 2
+			o.KeyFunc = func(it item) (string, error) {
+				if it.Group == "bad" {
+					return "", errors.New("bad group")
+				}
+				return it.Name, nil
+			}
+			o.Transform = func(it item) (item, error) {
+				it.Val *= 10
+				return it, nil
+			}
+		})
+		for i, n := range []string{"a", "b", "c", "d", "e"} {
+			it := item{Name: n, Val: i + 1}
+			if n == "c" {
+				it.Group = "bad"
+			}
+			f.src.Put(it)
+		}
+		rec := &recorder{}
+		_, err := f.inf.AddEventHandler(rec, mirror.HandlerOptions{})
+		require.NoError(t, err)
+		f.start()
+		f.synced()
+		assert.Equal(t, []string{
+			"add a=10 initial=true", "add b=20 initial=true", "add d=40 initial=true", "add e=50 initial=true",
+		}, rendered(rec.take()))
+
+		// A relist, read in pages too, applies only what changed.
+		f.src.FailNext(1, fmt.Errorf("test: down: %w", mirror.ErrUnavailable))
+		f.src.CutWatches()
+		f.src.Delete("b")
+		rev := f.src.Put(item{Name: "d", Val: 6})
+		f.src.Compact(rev)
+		time.Sleep(time.Minute) // fake time: past any backoff
+		synctest.Wait()
+		assert.Equal(t, []string{
+			"delete b=20 unknown=true", "update a 10->10", "update d 40->60", "update e 50->50",
+		}, sorted(rec.take()))
+		assert.Equal(t, map[string]int{"a": 10, "d": 60, "e": 50}, f.cacheState())
+		var keyErrs int
+		for _, err := range f.errs.all() {
+			var ke *mirror.KeyError
+			if errors.As(err, &ke) {
+				keyErrs++
+			}
+		}
+		assert.Equal(t, 2, keyErrs, "c, on each list")
+		f.stop()
+	})
+}
+
 func TestInformer_RunTwiceFails(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		f := newFixture(t, mirror.InOrderQueue, nil)

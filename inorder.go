@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"sync"
 )
 
@@ -54,15 +55,45 @@ type inOrderEntry[K comparable, T any] struct {
 	// synced.
 	completesSync bool
 	// key and obj are a change's: an entry of a kind up to
-	// entryDeletedKeyOnly. list is a relist's.
+	// entryDeletedKeyOnly. list is a relist's, behind a pointer so that
+	// it does not make every change's entry larger.
 	key  K
 	obj  T
-	list []keyed[K, T]
+	list *relist[K, T]
 }
 
-type keyed[K comparable, T any] struct {
-	key K
-	obj T
+// relist is the list a relist entry applies: the objects as the source
+// listed them, in pages, with their keys. Keeping the source's pages, and
+// the keys beside them rather than in (key, object) pairs, spares copying
+// every object of a list once more.
+type relist[K comparable, T any] struct {
+	// pages hold the objects, transformed if the queue transforms them.
+	pages [][]T
+	// keys[i] is the key of the i-th object of pages, unless skip lists
+	// i: the key or the transform of the objects skip lists, in increasing
+	// order, failed, and they are left out.
+	keys []K
+	skip []int
+}
+
+// len returns the number of objects l applies.
+func (l *relist[K, T]) len() int { return len(l.keys) - len(l.skip) }
+
+// all yields every key and object that l applies, in list order.
+func (l *relist[K, T]) all() iter.Seq2[K, T] {
+	return func(yield func(K, T) bool) {
+		i, skip := 0, l.skip
+		for _, p := range l.pages {
+			for _, obj := range p {
+				if len(skip) > 0 && skip[0] == i {
+					skip = skip[1:]
+				} else if !yield(l.keys[i], obj) {
+					return
+				}
+				i++
+			}
+		}
+	}
 }
 
 func newInOrderQueue[K comparable, T any](keyFunc KeyFunc[K, T], transform TransformFunc[T]) *inOrderQueue[K, T] {
@@ -74,6 +105,7 @@ func newInOrderQueue[K comparable, T any](keyFunc KeyFunc[K, T], transform Trans
 var (
 	_ ReflectorStore[int] = (*inOrderQueue[int, int])(nil)
 	_ KeyOnlyDeleter[int] = (*inOrderQueue[int, int])(nil)
+	_ pageReplacer[int]   = (*inOrderQueue[int, int])(nil)
 )
 
 // Add queues an addition.
@@ -122,17 +154,36 @@ func (q *inOrderQueue[K, T]) queueChange(kind entryKind, obj T) error {
 // Replace queues the whole list as one entry. Objects whose transform or
 // key fails are left out and reported; the rest are queued.
 func (q *inOrderQueue[K, T]) Replace(list []T, _ string) error {
-	items := make([]keyed[K, T], 0, len(list))
-	var errs []error
-	for _, obj := range list {
-		k, obj, err := q.prepare(obj)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		items = append(items, keyed[K, T]{key: k, obj: obj})
+	return q.replacePages([][]T{list}, len(list))
+}
+
+// replacePages is Replace with the list in pages holding n objects in all
+// (see pageReplacer). It keeps the pages, which it does not change.
+func (q *inOrderQueue[K, T]) replacePages(pages [][]T, n int) error {
+	l := &relist[K, T]{pages: pages, keys: make([]K, n)}
+	var out []T
+	if q.transform != nil {
+		out = make([]T, n)
+		l.pages = [][]T{out}
 	}
-	q.push(inOrderEntry[K, T]{kind: entryReplace, list: items})
+	var errs []error
+	i := 0
+	for _, p := range pages {
+		for _, obj := range p {
+			k, obj, err := q.prepare(obj)
+			if err != nil {
+				errs = append(errs, err)
+				l.skip = append(l.skip, i)
+			} else {
+				l.keys[i] = k
+				if out != nil {
+					out[i] = obj
+				}
+			}
+			i++
+		}
+	}
+	q.push(inOrderEntry[K, T]{kind: entryReplace, list: l})
 	return errors.Join(errs...)
 }
 

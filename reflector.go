@@ -342,9 +342,9 @@ func (r *Reflector[T]) list(ctx context.Context) error {
 	rv := r.relistVersion()
 	limit := r.opts.PageSize
 	for {
-		items, listRV, midList, err := r.listPages(ctx, rv, limit)
+		pages, n, listRV, midList, err := r.listPages(ctx, rv, limit)
 		if err == nil {
-			r.replace(items, listRV)
+			r.replace(pages, n, listRV)
 			return nil
 		}
 		if ctx.Err() != nil {
@@ -371,20 +371,15 @@ func (r *Reflector[T]) list(ctx context.Context) error {
 	}
 }
 
-// listPages calls List until the last page and returns all the items and
-// the version of the list. midList tells whether an error came from a page
-// after the first.
-func (r *Reflector[T]) listPages(ctx context.Context, rv string, limit int64) (items []T, listRV string, midList bool, err error) {
+// listPages calls List until the last page and returns the pages, the
+// number of items they hold and the version of the list. midList tells
+// whether an error came from a page after the first.
+func (r *Reflector[T]) listPages(ctx context.Context, rv string, limit int64) (pages [][]T, n int, listRV string, midList bool, err error) {
 	opts := ListOptions{ResourceVersion: rv, Limit: limit}
-	// The pages are joined once the last is in, into a slice of the
-	// right size: appending page by page would copy the items again at
-	// every doubling, a good share of an informer's initial sync.
-	var pages [][]T
-	n := 0
 	for page := 1; ; page++ {
 		res, err := r.lw.List(ctx, opts)
 		if err != nil {
-			return nil, "", page > 1, r.errorf("list at version %q, page %d: %w", rv, page, err)
+			return nil, 0, "", page > 1, r.errorf("list at version %q, page %d: %w", rv, page, err)
 		}
 		if page == 1 {
 			listRV = res.ResourceVersion
@@ -395,20 +390,11 @@ func (r *Reflector[T]) listPages(ctx context.Context, rv string, limit int64) (i
 			r.report(r.errorf("list at version %q: %w", listRV, skipped))
 		}
 		if res.Continue == "" {
-			break
+			return pages, n, listRV, false, nil
 		}
 		// The continue token fixes the version of the later pages.
 		opts = ListOptions{Limit: limit, Continue: res.Continue}
 	}
-	if len(pages) == 1 {
-		// A one-page list hands the source's slice on as it is.
-		return pages[0], listRV, false, nil
-	}
-	items = make([]T, 0, n)
-	for _, p := range pages {
-		items = append(items, p...)
-	}
-	return items, listRV, false, nil
 }
 
 // streamList asks for a streaming list from rv, gathers its initial
@@ -442,7 +428,7 @@ func (r *Reflector[T]) streamList(ctx context.Context, rv string) (Watcher[T], e
 			items = append(items, ev.Object)
 		case EventBookmark:
 			if ev.InitialEventsEnd {
-				r.replace(items, ev.ResourceVersion)
+				r.replace([][]T{items}, len(items), ev.ResourceVersion)
 				return w, nil
 			}
 		case EventError:
@@ -468,15 +454,32 @@ func (r *Reflector[T]) streamFailed(rv string, err error) error {
 	return err
 }
 
-// replace hands a completed list at version rv to the store.
-func (r *Reflector[T]) replace(items []T, rv string) {
+// pageReplacer is a store that takes a list as the pages it was read in.
+// The Informer's in-order queue is one: it keeps the pages until they are
+// applied, so joining them into one slice first would copy every object
+// once more, a good share of an informer's initial sync.
+type pageReplacer[T any] interface {
+	// replacePages is Replace with list given as pages holding n objects
+	// in all. The store may keep pages but must not change them: they are
+	// the source's.
+	replacePages(pages [][]T, n int) error
+}
+
+// replace hands a completed list at version rv, read as pages holding n
+// objects in all, to the store.
+func (r *Reflector[T]) replace(pages [][]T, n int, rv string) {
 	r.lockStore()
-	err := r.store.Replace(items, rv)
+	var err error
+	if pr, ok := r.store.(pageReplacer[T]); ok {
+		err = pr.replacePages(pages, n)
+	} else {
+		err = r.store.Replace(join(pages, n), rv)
+	}
 	r.unlockStore()
 	if err != nil {
 		// The store applied what it could (see ReflectorStore); refusing
 		// the list would only make the Reflector list again and again.
-		r.report(r.errorf("replace with %d objects at version %q: %w", len(items), rv, err))
+		r.report(r.errorf("replace with %d objects at version %q: %w", n, rv, err))
 	}
 	r.mu.Lock()
 	r.lastRV = rv
@@ -486,7 +489,22 @@ func (r *Reflector[T]) replace(items []T, rv string) {
 		r.stats.relists.Add(1)
 	}
 	r.eventsSinceList = 0
-	r.logger.Debug("listed", "objects", len(items), "resourceVersion", rv)
+	r.logger.Debug("listed", "objects", n, "resourceVersion", rv)
+}
+
+// join returns the n objects of pages in one slice. A single page is
+// handed on as it is; more are joined at their total size, once, rather
+// than page by page, which would copy the objects again at every
+// doubling.
+func join[T any](pages [][]T, n int) []T {
+	if len(pages) == 1 {
+		return pages[0]
+	}
+	items := make([]T, 0, n)
+	for _, p := range pages {
+		items = append(items, p...)
+	}
+	return items
 }
 
 // watch applies the events of w, if not nil, and then of new watches from

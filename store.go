@@ -241,6 +241,14 @@ func (i *Indexer[K, T]) setIfCurrent(defs *indexDefs[T], key K, obj T, owned boo
 	return old, existed, true
 }
 
+// reserve makes room for n objects in all, so that storing up to that many
+// does not grow the Indexer step by step.
+func (i *Indexer[K, T]) reserve(n int) {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	i.contents.items.reserve(n)
+}
+
 // DeleteKey removes the object stored under key and returns it, or reports
 // false if there was none.
 func (i *Indexer[K, T]) DeleteKey(key K) (old T, existed bool) {

@@ -241,6 +241,14 @@ func (t *table[K, T]) insert(l loc, obj T) {
 	t.live++
 }
 
+// reserve makes room for n objects, so that inserting up to n in all does
+// not grow the table.
+func (t *table[K, T]) reserve(n int) {
+	if n > 0 && n+t.dead > len(t.tags)/4*3 {
+		t.resize(max(slotsFor(n), len(t.tags)))
+	}
+}
+
 // delete removes the object stored under key, which find returned l for.
 // It shrinks the table once it is less than an eighth full, to half full,
 // so that memory follows the number of objects down as well as up, and

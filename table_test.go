@@ -287,6 +287,29 @@ func TestIndexer_DeletedSlotsAreReused(t *testing.T) {
 	assert.LessOrEqual(t, len(i.contents.items.tags), 256)
 }
 
+func TestIndexer_ReserveMakesRoomOnce(t *testing.T) {
+	for _, h := range testHashes {
+		t.Run(h.name, func(t *testing.T) {
+			i := boxed.newIndexer(h.fn)
+			for n := range 10 {
+				require.NoError(t, i.Add(testObj{ns: "ns", name: fmt.Sprint(n)}))
+			}
+			i.DeleteKey("ns/3") // a deleted slot, which reserve clears
+			i.reserve(1000)
+			moves := i.contents.items.moves
+			for n := range 1000 {
+				require.NoError(t, i.Add(testObj{ns: "ns", name: fmt.Sprint(n)}))
+			}
+			assert.Equal(t, moves, i.contents.items.moves, "no growth while filling what was reserved")
+			assert.Equal(t, 1000, i.Len())
+			checkTable(t, i)
+
+			i.reserve(10) // never shrinks
+			assert.Equal(t, moves, i.contents.items.moves)
+		})
+	}
+}
+
 func TestIndexer_AllDuringResizeYieldsEveryKeptKeyOnce(t *testing.T) {
 	for _, h := range testHashes {
 		t.Run(h.name, func(t *testing.T) { allDuringResize(t, inline, h.fn) })

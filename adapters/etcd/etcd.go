@@ -117,9 +117,6 @@ type ListWatcher[T any] struct {
 	start, end string
 	decode     DecodeFunc[T]
 	opts       Options
-	// stream names the gRPC watch stream this ListWatcher's watches and
-	// progress requests share (see Watch).
-	stream string
 }
 
 // New returns a ListWatcher of the raw values under prefix, read through c.
@@ -147,7 +144,6 @@ func NewTyped[T any](c *clientv3.Client, prefix string, decode DecodeFunc[T], op
 		// whole key space.
 		lw.start = "\x00"
 	}
-	lw.stream = fmt.Sprintf("%p", lw)
 	return lw
 }
 

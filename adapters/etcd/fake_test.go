@@ -49,19 +49,40 @@ type fakeWatcher struct {
 	// answer, if set, runs on every progress request with the newest
 	// watch's channel.
 	answer func(chan<- clientv3.WatchResponse)
+	// gone, once set, makes Watch wait until its context ends and return
+	// a closed channel, as the client does when its member is gone.
+	gone bool
 }
 
 type fakeWatch struct {
-	op clientv3.Op
-	ch chan clientv3.WatchResponse
+	ctx context.Context
+	op  clientv3.Op
+	ch  chan clientv3.WatchResponse
 }
 
-func (f *fakeWatcher) Watch(_ context.Context, key string, opts ...clientv3.OpOption) clientv3.WatchChan {
+func (f *fakeWatcher) Watch(ctx context.Context, key string, opts ...clientv3.OpOption) clientv3.WatchChan {
+	f.mu.Lock()
+	w := fakeWatch{ctx: ctx, op: clientv3.OpGet(key, opts...), ch: make(chan clientv3.WatchResponse, 16)}
+	f.watches = append(f.watches, w)
+	gone := f.gone
+	f.mu.Unlock()
+	if gone {
+		<-ctx.Done()
+		close(w.ch)
+	}
+	return w.ch
+}
+
+func (f *fakeWatcher) memberGone() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	w := fakeWatch{op: clientv3.OpGet(key, opts...), ch: make(chan clientv3.WatchResponse, 16)}
-	f.watches = append(f.watches, w)
-	return w.ch
+	f.gone = true
+}
+
+func (f *fakeWatcher) watchCount() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.watches)
 }
 
 func (f *fakeWatcher) RequestProgress(context.Context) error {

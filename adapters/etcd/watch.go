@@ -14,12 +14,13 @@ import (
 	"google.golang.org/grpc/metadata"
 )
 
-// streamKey is the gRPC metadata key that gives each ListWatcher a watch
-// stream of its own. The client multiplexes every watch whose context has
-// the same metadata onto one stream, and etcd answers a progress request
-// only when every watch on the stream has caught up; a stream of our own
-// keeps another watch's backlog from delaying our answers, and keeps our
-// progress notifications out of the caller's watches.
+// streamKey is the gRPC metadata key that gives each watch a stream of its
+// own. The client multiplexes every watch whose context has the same
+// metadata onto one stream, and etcd answers a progress request only when
+// every watch on the stream has caught up; a stream of our own keeps
+// another watch's backlog, or its start ahead of the store (see Watch),
+// from holding back our answers, and keeps our progress notifications out
+// of the caller's watches.
 const streamKey = "mirror-watch-stream"
 
 // silentTicks is how many progress intervals a watch may hear nothing,
@@ -66,28 +67,30 @@ func (lw *ListWatcher[T]) Watch(ctx context.Context, opts mirror.WatchOptions) (
 		}
 	}
 
+	w := &watcher[T]{lw: lw, from: after + 1, bookmarks: opts.AllowBookmarks}
 	// Progress requests must carry the same metadata as the watch, or the
 	// client sends them on another stream, where no watch hears them.
-	sctx := metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx), streamKey, lw.stream)
+	sctx := metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx), streamKey, fmt.Sprintf("%p", w))
 	wctx, stop := context.WithCancelCause(sctx)
-	w := &watcher[T]{
-		lw:        lw,
-		ctx:       wctx,
-		stop:      stop,
-		from:      after + 1,
-		bookmarks: opts.AllowBookmarks,
-	}
+	w.ctx, w.stop = wctx, stop
 	if opts.Timeout > 0 {
 		var cancel context.CancelFunc
 		w.ctx, cancel = context.WithTimeoutCause(wctx, opts.Timeout, errWatchTimeout)
 		w.stop = func(cause error) { stop(cause); cancel() }
 	}
-	// The watch starts at after itself, not after+1, and Next drops the
-	// events at after: etcd counts a watch whose start is ahead of its
-	// store as not caught up and answers no progress request until then,
-	// so on an idle cluster a watch from after+1 would never hear one.
-	// (after is 0 for "from now", which is etcd's 0 too.)
-	if err := w.open(after); err != nil {
+	// The watch starts at after+1, as a raw clientv3 loop does (after is
+	// 0 for "from now", which is etcd's 0 too). Started at after, a
+	// revision etcd already holds, it would wait for etcd's next pass over
+	// the watches that are behind, which comes every 100 ms: the changes
+	// made meanwhile would reach us that late. After+1 is ahead of an idle
+	// store, which etcd holds against progress requests; tick deals with
+	// that.
+	start := after + 1
+	if after == 0 {
+		start = 0
+	}
+	w.ahead = start > 0
+	if err := w.open(start, lw.opts.requestTimeout()); err != nil {
 		return nil, err
 	}
 	if d := lw.opts.progressInterval(); d > 0 {
@@ -97,10 +100,11 @@ func (lw *ListWatcher[T]) Watch(ctx context.Context, opts mirror.WatchOptions) (
 	return w, nil
 }
 
-// open starts the client's watch at rev (0: from now). etcd accepts a watch
-// before the client returns it; if that takes longer than the request
-// timeout, the whole watch ends and open reports the member unavailable.
-func (w *watcher[T]) open(rev int64) error {
+// open starts the client's watch at rev (0: from now), ending the one it
+// replaces, if any. etcd accepts a watch before the client returns it; if
+// that takes longer than timeout (no bound if it is not positive), the
+// whole watch ends and open reports the member unavailable.
+func (w *watcher[T]) open(rev int64, timeout time.Duration) error {
 	var buf [4]clientv3.OpOption
 	ops := append(buf[:0], clientv3.WithRange(w.lw.end))
 	if w.lw.opts.PrevValues {
@@ -113,11 +117,16 @@ func (w *watcher[T]) open(rev int64) error {
 		// etcd's own periodic notifications, as well as ours.
 		ops = append(ops, clientv3.WithProgressNotify())
 	}
-	var timer *time.Timer
-	if d := w.lw.opts.requestTimeout(); d > 0 {
-		timer = time.AfterFunc(d, func() { w.stop(errStartTimeout) })
+	if w.cancel != nil {
+		w.cancel()
 	}
-	w.ch = w.lw.client.Watch(w.ctx, w.lw.start, ops...)
+	octx, cancel := context.WithCancel(w.ctx)
+	w.cancel, w.start = cancel, rev
+	var timer *time.Timer
+	if timeout > 0 {
+		timer = time.AfterFunc(timeout, func() { w.stop(errStartTimeout) })
+	}
+	w.ch = w.lw.client.Watch(octx, w.lw.start, ops...)
 	if timer != nil && !timer.Stop() {
 		w.release()
 		return fmt.Errorf("etcd: watch %q from rev %d: %w: %w",
@@ -137,8 +146,13 @@ type watcher[T any] struct {
 	// now"); events before it are dropped.
 	from      int64
 	bookmarks bool
-	// reopened is set once the watch has been opened again at from.
-	reopened bool
+	// start is where the client's watch started (0: from now); cancel
+	// ends it.
+	start  int64
+	cancel context.CancelFunc
+	// ahead is set while the watch started at from and has heard nothing:
+	// etcd may still be at from-1 and then answers no progress request.
+	ahead bool
 
 	// stopped is set by Stop, which may run on any goroutine.
 	stopped atomic.Bool
@@ -204,12 +218,11 @@ func (w *watcher[T]) Next(ctx context.Context) (mirror.Event[Object[T]], error) 
 				return zero, w.fail(w.endError())
 			}
 			if err := resp.Err(); err != nil {
-				if c := resp.CompactRevision; c != 0 && c <= w.from && w.from > 1 && !w.reopened {
+				if c := resp.CompactRevision; c != 0 && c <= w.from && w.from > 1 && w.start == w.from-1 {
 					// etcd compacted away only the revision before
-					// from, where the watch started (see Watch);
-					// from itself is still there.
-					w.reopened = true
-					if err := w.open(w.from); err != nil {
+					// from, where tick restarted the watch; from
+					// itself is still there.
+					if err := w.open(w.from, w.lw.opts.requestTimeout()); err != nil {
 						return zero, w.fail(err)
 					}
 					continue
@@ -217,6 +230,7 @@ func (w *watcher[T]) Next(ctx context.Context) (mirror.Event[Object[T]], error) 
 				return zero, w.fail(wrapError(w.ctx, err, "etcd: watch %q from rev %d", w.lw.prefix, w.from))
 			}
 			w.heard++
+			w.ahead = false
 			if resp.IsProgressNotify() {
 				if w.bookmarks {
 					return mirror.Event[Object[T]]{
@@ -232,7 +246,7 @@ func (w *watcher[T]) Next(ctx context.Context) (mirror.Event[Object[T]], error) 
 		case <-ctx.Done():
 			return zero, w.fail(ctx.Err())
 		case <-tick:
-			if err := w.tick(); err != nil {
+			if err := w.tick(ctx); err != nil {
 				return zero, w.fail(err)
 			}
 		}
@@ -243,7 +257,17 @@ func (w *watcher[T]) Next(ctx context.Context) (mirror.Event[Object[T]], error) 
 // the interval is alive. One that heard nothing asks etcd for a progress
 // notification, which etcd sends once the watch has caught up; one that
 // still hears nothing after several asks has lost its member.
-func (w *watcher[T]) tick() error {
+//
+// etcd also holds back its answer while its store is behind the start of
+// any watch on the stream, and a watch started at from is ahead of a store
+// that nothing has been written to since from-1. Such a store may stay
+// idle for good, so a watch that started there and has heard nothing, not
+// even an answer to its last ask, starts again at from-1; etcd answers
+// once it has caught the new watch up, within 100 ms. A store that has
+// moved on answers the first ask, and then the watch never restarts: on a
+// busy cluster, a watch from from-1 would make etcd read every revision
+// written since.
+func (w *watcher[T]) tick(ctx context.Context) error {
 	if w.heard > 0 {
 		w.heard, w.silent = 0, 0
 		w.ticker.Reset(w.interval)
@@ -253,6 +277,29 @@ func (w *watcher[T]) tick() error {
 	if w.silent >= silentTicks {
 		return fmt.Errorf("etcd: watch %q from rev %d: %w: no answer from etcd for %v",
 			w.lw.prefix, w.from, mirror.ErrUnavailable, time.Duration(w.silent)*w.interval)
+	}
+	if w.ahead && w.silent > 1 {
+		w.ahead = false
+		// A member that is gone does not accept the new watch: give it
+		// what is left of the silence allowed, not more.
+		timeout := time.Duration(silentTicks-w.silent) * w.interval
+		if d := w.lw.opts.requestTimeout(); d > 0 {
+			timeout = min(timeout, d)
+		}
+		stop := context.AfterFunc(ctx, func() { w.stop(ctx.Err()) })
+		err := w.open(w.from-1, timeout)
+		stop()
+		if err == nil {
+			err = ctx.Err()
+		}
+		if err != nil {
+			return err
+		}
+		// etcd accepted the watch, so it is there. The new watch is not
+		// caught up yet: ask at the next tick.
+		w.silent = 0
+		w.ticker.Reset(w.interval)
+		return nil
 	}
 	// Only a live watch may ask: a request finding its stream gone makes
 	// the client open a new one.

@@ -29,10 +29,22 @@ func startFakeWatch(t *testing.T, fw *fakeWatcher, lwOpts Options, opts mirror.W
 func TestWatcher_SilentMemberEndsWithUnavailable(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fw := &fakeWatcher{}
-		w := startFakeWatch(t, fw, Options{ProgressInterval: time.Second}, mirror.WatchOptions{ResourceVersion: "5"})
+		w := startFakeWatch(t, fw, Options{ProgressInterval: time.Second}, mirror.WatchOptions{})
 		_, err := w.Next(t.Context())
 		require.ErrorIs(t, err, mirror.ErrUnavailable)
 		assert.Equal(t, silentTicks-1, fw.progressRequests(), "asked again after each silent interval")
+		_, again := w.Next(t.Context())
+		assert.Equal(t, err, again)
+	})
+	// A watch that may be ahead of its store starts again, and a member
+	// that is gone does not accept the new watch.
+	synctest.Test(t, func(t *testing.T) {
+		fw := &fakeWatcher{}
+		w := startFakeWatch(t, fw, Options{ProgressInterval: time.Second}, mirror.WatchOptions{ResourceVersion: "5"})
+		fw.memberGone()
+		_, err := w.Next(t.Context())
+		require.ErrorIs(t, err, mirror.ErrUnavailable)
+		assert.Equal(t, 2, fw.watchCount(), "started again")
 		_, again := w.Next(t.Context())
 		assert.Equal(t, err, again)
 	})
@@ -49,6 +61,7 @@ func TestWatcher_ProgressAnswersKeepWatchAliveAndBecomeBookmarks(t *testing.T) {
 			assert.Equal(t, mirror.Event[KV]{Type: mirror.EventBookmark, ResourceVersion: "9"}, ev)
 		}
 		assert.True(t, fw.watch(0).op.IsProgressNotify(), "etcd's own notifications asked for")
+		assert.Equal(t, 1, fw.watchCount(), "a watch whose asks are answered is not started again")
 	})
 	synctest.Test(t, func(t *testing.T) {
 		fw := &fakeWatcher{answer: answer}
@@ -78,44 +91,93 @@ func TestWatcher_ProgressOffNeverAsks(t *testing.T) {
 	})
 }
 
-func TestWatcher_StartsAtListRevisionAndDropsItsEvents(t *testing.T) {
+func TestWatcher_StartsJustAfterListRevision(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fw := &fakeWatcher{}
 		w := startFakeWatch(t, fw, Options{}, mirror.WatchOptions{ResourceVersion: "5"})
 		wt := fw.watch(0)
-		assert.Equal(t, int64(5), wt.op.Rev())
+		assert.Equal(t, int64(6), wt.op.Rev())
 		assert.False(t, wt.op.IsPrevKV(), "previous values not asked for by default")
 		assert.False(t, wt.op.IsProgressNotify())
-		wt.ch <- clientv3.WatchResponse{Header: header(6), Events: []*clientv3.Event{
-			put("/p/a", "x", 5, 5, 1), put("/p/a", "y", 5, 6, 2),
-		}}
+		wt.ch <- clientv3.WatchResponse{Header: header(6), Events: []*clientv3.Event{put("/p/a", "y", 5, 6, 2)}}
 		ev, err := w.Next(t.Context())
 		require.NoError(t, err)
 		assert.Equal(t, mirror.EventModified, ev.Type)
 		assert.Equal(t, "6", ev.ResourceVersion)
 	})
-}
-
-func TestWatcher_CompactionOfOnlyTheStartRevisionReopens(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fw := &fakeWatcher{}
-		w := startFakeWatch(t, fw, Options{}, mirror.WatchOptions{ResourceVersion: "5"})
-		fw.watch(0).ch <- clientv3.WatchResponse{Header: header(9), CompactRevision: 6, Canceled: true}
+		startFakeWatch(t, fw, Options{}, mirror.WatchOptions{})
+		assert.Zero(t, fw.watch(0).op.Rev(), "from now")
+	})
+}
 
-		go func() { // the second watch exists once Next has reopened
-			synctest.Wait()
-			fw.watch(1).ch <- clientv3.WatchResponse{Header: header(7), Events: []*clientv3.Event{put("/p/b", "x", 7, 7, 1)}}
-		}()
+// restartAhead has w, a watch from revision 5 over fw, start again at 5,
+// as it does after two intervals of a second with no answer.
+func restartAhead(t *testing.T, w mirror.Watcher[KV], fw *fakeWatcher) (next <-chan mirror.Event[KV], failed <-chan error) {
+	t.Helper()
+	events, errs := make(chan mirror.Event[KV], 1), make(chan error, 1)
+	go func() {
 		ev, err := w.Next(t.Context())
-		require.NoError(t, err)
+		if err != nil {
+			errs <- err
+			return
+		}
+		events <- ev
+	}()
+	time.Sleep(2 * time.Second)
+	synctest.Wait()
+	require.Equal(t, 2, fw.watchCount())
+	assert.Equal(t, int64(5), fw.watch(1).op.Rev())
+	assert.Error(t, fw.watch(0).ctx.Err(), "the first watch has ended")
+	return events, errs
+}
+
+func TestWatcher_UnansweredWatchAheadOfTheStoreStartsAgainAtListRevision(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fw := &fakeWatcher{}
+		w := startFakeWatch(t, fw, Options{ProgressInterval: time.Second}, mirror.WatchOptions{ResourceVersion: "5", AllowBookmarks: true})
+		events, _ := restartAhead(t, w, fw)
+		assert.Equal(t, 1, fw.progressRequests(), "asked once before starting again")
+
+		fw.watch(1).ch <- clientv3.WatchResponse{Header: header(6), Events: []*clientv3.Event{
+			put("/p/a", "x", 5, 5, 1), put("/p/a", "y", 5, 6, 2),
+		}}
+		ev := <-events
+		assert.Equal(t, "6", ev.ResourceVersion, "the event at the list's revision is dropped")
+
+		// The new watch's answers are heard: it stays.
+		fw.answer = func(ch chan<- clientv3.WatchResponse) { ch <- clientv3.WatchResponse{Header: header(6)} }
+		for range 2 * silentTicks {
+			ev, err := w.Next(t.Context())
+			require.NoError(t, err)
+			assert.Equal(t, mirror.EventBookmark, ev.Type)
+		}
+		assert.Equal(t, 2, fw.watchCount())
+	})
+}
+
+func TestWatcher_CompactionOfOnlyTheRevisionBeforeStartsAgainJustAfterIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fw := &fakeWatcher{}
+		w := startFakeWatch(t, fw, Options{ProgressInterval: time.Second}, mirror.WatchOptions{ResourceVersion: "5"})
+		events, _ := restartAhead(t, w, fw)
+		fw.watch(1).ch <- clientv3.WatchResponse{Header: header(9), CompactRevision: 6, Canceled: true}
+
+		go func() { // the third watch exists once Next has started it
+			synctest.Wait()
+			fw.watch(2).ch <- clientv3.WatchResponse{Header: header(7), Events: []*clientv3.Event{put("/p/b", "x", 7, 7, 1)}}
+		}()
+		ev := <-events
 		assert.Equal(t, mirror.EventAdded, ev.Type)
-		assert.Equal(t, int64(6), fw.watch(1).op.Rev())
+		assert.Equal(t, int64(6), fw.watch(2).op.Rev())
 	})
 	synctest.Test(t, func(t *testing.T) {
 		fw := &fakeWatcher{}
-		w := startFakeWatch(t, fw, Options{}, mirror.WatchOptions{ResourceVersion: "5"})
-		fw.watch(0).ch <- clientv3.WatchResponse{Header: header(9), CompactRevision: 7, Canceled: true}
-		_, err := w.Next(t.Context())
+		w := startFakeWatch(t, fw, Options{ProgressInterval: time.Second}, mirror.WatchOptions{ResourceVersion: "5"})
+		_, errs := restartAhead(t, w, fw)
+		fw.watch(1).ch <- clientv3.WatchResponse{Header: header(9), CompactRevision: 7, Canceled: true}
+		err := <-errs
 		require.ErrorIs(t, err, mirror.ErrExpired)
 		require.ErrorIs(t, err, rpctypes.ErrCompacted)
 	})
