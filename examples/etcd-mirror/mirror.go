@@ -34,6 +34,7 @@ type mirrorState struct {
 	errors       atomic.Int64 // every error reported
 	skipped      atomic.Int64 // values that failed to decode
 	lastRevision atomic.Int64 // highest ModRevision the handler saw
+	syncedAt     time.Time    // when the handler had the initial list
 }
 
 func newMirror(client *clientv3.Client, prefix string, p *printer) *mirrorState {
@@ -109,6 +110,7 @@ func (m *mirrorState) waitForSync(ctx context.Context, p *printer) error {
 	for {
 		select {
 		case <-m.reg.Synced():
+			m.syncedAt = time.Now()
 			return nil
 		case <-tick.C:
 			p.printf("initial sync: %d keys so far", m.initial.Load())
@@ -147,8 +149,13 @@ func (m *mirrorState) summary(p *printer) {
 		perZone = append(perZone, fmt.Sprintf("%s=%d", z, len(n)))
 	}
 	st := m.inf.ReflectorStats()
-	p.printf("summary: %d keys mirrored (by zone: %v); %d changes handled after the initial %d; %d lists (%d relists), %d watches; %d errors reported, %d undecodable values skipped",
-		m.inf.Len(), perZone, m.events.Load(), m.initial.Load(), st.Lists, st.Relists, st.Watches, m.errors.Load(), m.skipped.Load())
+	events := m.events.Load()
+	var rate float64
+	if d := time.Since(m.syncedAt); !m.syncedAt.IsZero() && d > 0 {
+		rate = float64(events) / d.Seconds()
+	}
+	p.printf("summary: %d keys mirrored (by zone: %v); %d changes handled after the initial %d (%.0f/s since the sync); %d lists (%d relists), %d watches; %d errors reported, %d undecodable values skipped",
+		m.inf.Len(), perZone, events, m.initial.Load(), rate, st.Lists, st.Relists, st.Watches, m.errors.Load(), m.skipped.Load())
 }
 
 // verify reads the prefix straight from etcd and compares it with the
