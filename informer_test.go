@@ -218,6 +218,18 @@ func (f *fixture) synced() {
 	require.True(f.t, f.inf.HasSynced(), "informer not synced")
 }
 
+// missWhileDown has the informer miss what change does: its watch is cut
+// and the next call fails, change runs, and the history up to the revision
+// change returns is compacted, so that only a relist can find out. It
+// returns once fake time has passed any backoff and the informer is idle.
+func (f *fixture) missWhileDown(change func() (rev int64)) {
+	f.src.FailNext(1, fmt.Errorf("test: down: %w", mirror.ErrUnavailable))
+	f.src.CutWatches()
+	f.src.Compact(change())
+	time.Sleep(time.Minute)
+	synctest.Wait()
+}
+
 // cacheState returns the informer's cache as name → value.
 func (f *fixture) cacheState() map[string]int {
 	m := map[string]int{}
@@ -282,13 +294,10 @@ func TestInformer_RelistDeliversTombstonesForMissedDeletes(t *testing.T) {
 		// While the watch is down, b is deleted and c changed, and
 		// the history that would tell is compacted away: only a
 		// relist can find out.
-		f.src.FailNext(1, fmt.Errorf("test: down: %w", mirror.ErrUnavailable))
-		f.src.CutWatches()
-		f.src.Delete("b")
-		rev := f.src.Put(item{Name: "c", Val: 2})
-		f.src.Compact(rev)
-		time.Sleep(time.Minute) // fake time: past any backoff
-		synctest.Wait()
+		f.missWhileDown(func() int64 {
+			f.src.Delete("b")
+			return f.src.Put(item{Name: "c", Val: 2})
+		})
 
 		assert.Equal(t, []string{"delete b=1 unknown=true", "update c 1->2"}, sorted(rec.take()))
 		assert.Equal(t, f.sourceState(), f.cacheState())
@@ -674,13 +683,10 @@ func TestInformer_ListReadInPagesIsAppliedWhole(t *testing.T) {
 		}, rendered(rec.take()))
 
 		// A relist, read in pages too, applies only what changed.
-		f.src.FailNext(1, fmt.Errorf("test: down: %w", mirror.ErrUnavailable))
-		f.src.CutWatches()
-		f.src.Delete("b")
-		rev := f.src.Put(item{Name: "d", Val: 6})
-		f.src.Compact(rev)
-		time.Sleep(time.Minute) // fake time: past any backoff
-		synctest.Wait()
+		f.missWhileDown(func() int64 {
+			f.src.Delete("b")
+			return f.src.Put(item{Name: "d", Val: 6})
+		})
 		assert.Equal(t, []string{
 			"delete b=20 unknown=true", "update a 10->10", "update d 40->60", "update e 50->50",
 		}, sorted(rec.take()))
