@@ -6,7 +6,7 @@
 # bench/run-info.txt, bench/profiles.md), so the report can be rewritten
 # without running again.
 #
-#   bash bench/run.sh                  # the full run: -count=10
+#   bash bench/run.sh                  # the full run: 10 rounds
 #   COUNT=3 bash bench/run.sh          # a quicker one
 #   BENCH=DeltaFIFO COUNT=1 bash bench/run.sh   # a subset (-bench regexp)
 #   PROFILE=0 bash bench/run.sh        # skip the profiles
@@ -30,13 +30,24 @@ trap 'rm -rf "$tmp"' EXIT
 echo "== installing benchstat ($BENCHSTAT_VERSION)"
 go install "golang.org/x/perf/cmd/benchstat@$BENCHSTAT_VERSION"
 
+# rounds runs the benchmarks of package $1 COUNT times, one round after
+# another, rather than with -count: -count runs each sub-benchmark COUNT
+# times in a row, so that ours and the peer's would meet a machine whose
+# load drifts at different times. Interleaved, a drift lands on both.
+rounds() {
+  local i
+  for i in $(seq "$COUNT"); do
+    go test -run '^$' -bench "$BENCH" -count 1 -timeout 60m "$1" || return
+  done
+}
+
 run() {
   local start load_before etcd=no
   start=$(date +%s)
   load_before=$(uptime | sed 's/.*load average: //')
 
   echo "== bench: mirror vs client-go (count $COUNT)"
-  go test -run '^$' -bench "$BENCH" -count "$COUNT" -timeout 60m ./bench/ | tee "$out/results.txt"
+  rounds ./bench/ | tee "$out/results.txt"
 
   # The etcd rows come from test/etcd (written separately): informer vs a
   # raw clientv3 loop (and the adapter alone). Their sub-benchmarks are
@@ -46,7 +57,7 @@ run() {
   if grep -qs 'func BenchmarkInitialSync\|func BenchmarkWatchApply' test/etcd/*_test.go; then
     etcd=yes
     echo "== test/etcd: informer vs raw clientv3 (count $COUNT)"
-    go test -run '^$' -bench "$BENCH" -count "$COUNT" -timeout 60m ./test/etcd/ |
+    rounds ./test/etcd/ |
       sed -E 's#^Benchmark(InitialSync|WatchApply)/(informer|adapter|raw)#Benchmark\1/impl=\2#' |
       tee "$out/results-etcd.txt"
   else
@@ -100,7 +111,7 @@ run() {
     echo "go=$(go version | sed 's/^go version //')"
     echo "cpu=$(sed -n 's/^cpu: //p' "$out/results.txt" | head -1), $(nproc) cores"
     echo "clientgo=$(cd bench && go list -m -f '{{.Version}}' k8s.io/client-go)"
-    echo "runs=-count=$COUNT, -bench '$BENCH'"
+    echo "runs=$COUNT rounds of -count=1, interleaved, -bench '$BENCH'"
     echo "time=$(((end - start) / 60)) min $(((end - start) % 60)) s"
     echo "load=before: $load_before; after: $(uptime | sed 's/.*load average: //')"
     echo "etcd=$etcd"
