@@ -463,12 +463,13 @@ func (inf *Informer[K, T]) markSynced() {
 }
 
 func (inf *Informer[K, T]) checkFIFOSynced() {
-	if inf.synced.Load() || !inf.fifo.HasSynced() {
+	// HasSynced alone turns true as the last initial key is popped,
+	// before applyDeltas has applied it; processedInitial waits for that.
+	if inf.synced.Load() || !inf.fifo.processedInitial() {
 		return
 	}
-	// The queue counts its initial list as handed out when it pops it;
-	// under applyMu, the listeners have been told of every notification
-	// that list made.
+	// Under applyMu, the listeners have been told of every notification
+	// the initial list made.
 	inf.applyMu.Lock()
 	defer inf.applyMu.Unlock()
 	inf.markSynced()
