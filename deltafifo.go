@@ -144,8 +144,10 @@ func (f *DeltaFIFO[K, T]) add(typ DeltaType, obj T) error {
 // nor in KnownObjects: then the deletion was already reported (by a
 // relist's tombstone, say) and a second report would be false. Of two
 // deletions in a row only one is kept (see Replace). If the key function
-// or the transformer fails, Delete returns the error (a *KeyError for the
-// key function) and changes nothing.
+// fails, Delete returns the *KeyError and changes nothing. If the
+// transformer fails, the deletion is still queued, as DeleteKeyOnly queues
+// it, and Delete returns the error: the object is gone whatever its last
+// state looked like, and dropping the deletion would keep it for good.
 func (f *DeltaFIFO[K, T]) Delete(obj T) error { return f.delete(obj, false) }
 
 // DeleteKeyOnly is Delete for an obj that identifies the object but does
@@ -169,10 +171,10 @@ func (f *DeltaFIFO[K, T]) delete(obj T, keyOnly bool) error {
 	if keyOnly {
 		obj = last
 	} else if obj, err = f.transformLocked(key, obj); err != nil {
-		return err
+		obj = last
 	}
 	f.queueLocked(key, Delta[T]{Type: Deleted, Object: obj}, watchRoom)
-	return nil
+	return err
 }
 
 // lastLocked returns the newest state of key the queue knows: its newest

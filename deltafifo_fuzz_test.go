@@ -89,6 +89,15 @@ func (m *deltaModel) add(typ DeltaType, o obj) {
 	m.push(o.name, Delta[obj]{Type: typ, Object: o})
 }
 
+// last is the newest state of key the queue knows: its newest queued
+// object, or else its known object.
+func (m *deltaModel) last(key string) obj {
+	if ds := m.items[key]; len(ds) > 0 {
+		return ds[len(ds)-1].Object
+	}
+	return m.known[key]
+}
+
 func (m *deltaModel) delete(o obj) {
 	if o.name == "bad" {
 		return
@@ -102,9 +111,10 @@ func (m *deltaModel) delete(o obj) {
 			return
 		}
 	}
-	o, ok := m.enter(o)
-	if !ok {
-		return
+	if t, ok := m.enter(o); ok {
+		o = t
+	} else { // the deletion still counts, with the last state known
+		o = m.last(o.name)
 	}
 	m.push(o.name, Delta[obj]{Type: Deleted, Object: o})
 }

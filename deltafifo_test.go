@@ -669,6 +669,27 @@ func nilIfEmpty[S ~[]E, E any](s S) S {
 	return s
 }
 
+func TestDeltaFIFO_DeleteWhoseTransformFailsIsQueuedWithTheLastState(t *testing.T) {
+	errNope := errors.New("nope")
+	transform := func(o obj) (obj, error) {
+		if o.rv < 0 {
+			return o, errNope
+		}
+		return o, nil
+	}
+	known := knownMap{"k": {"k", 5}}
+	f := NewDeltaFIFO(DeltaFIFOOptions[string, obj]{KeyFunc: objKey, KnownObjects: known, Transformer: transform})
+	require.NoError(t, f.Add(obj{"a", 1}))
+
+	require.ErrorIs(t, f.Delete(obj{"a", -1}), errNope)
+	require.ErrorIs(t, f.Delete(obj{"k", -1}), errNope)
+	require.NoError(t, f.Delete(obj{"unknown", -1}), "nothing to delete: not transformed")
+	assert.Equal(t, []popped{
+		{key: "a", deltas: Deltas[obj]{added(obj{"a", 1}), deleted(obj{"a", 1})}},
+		{key: "k", deltas: Deltas[obj]{deleted(obj{"k", 5})}},
+	}, snapshot(f))
+}
+
 func TestDeltaFIFO_TransformRunsOnceAsObjectsEnter(t *testing.T) {
 	errNope := errors.New("nope")
 	var calls []obj

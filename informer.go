@@ -39,7 +39,12 @@ type InformerOptions[K comparable, T any] struct {
 	Indexers Indexers[T]
 
 	// Transform, if set, runs once on each object as it enters the queue,
-	// for instance to drop fields the program never reads.
+	// for instance to drop fields the program never reads; not on a
+	// deletion that carries the key alone (Event.KeyOnly), whose object
+	// is the last state the cache holds. When it fails, the error is
+	// reported and the change is left out: an addition or update leaves
+	// the cache as it was, and so does a relist for that key; a deletion
+	// still deletes, carrying the last state the cache holds.
 	Transform TransformFunc[T]
 
 	// ResyncPeriod is the resync period of handlers that do not set their
@@ -392,8 +397,11 @@ func (inf *Informer[K, T]) applyReplace(list *relist[K, T], initial bool) {
 // deleteUnlisted deletes every cached key that list lacks and tells the
 // handlers that its final state is unknown.
 func (inf *Informer[K, T]) deleteUnlisted(list *relist[K, T]) {
-	listed := make(map[K]struct{}, list.len())
+	listed := make(map[K]struct{}, list.len()+len(list.kept))
 	for k := range list.all() {
+		listed[k] = struct{}{}
+	}
+	for _, k := range list.kept {
 		listed[k] = struct{}{}
 	}
 	var gone []K

@@ -651,6 +651,53 @@ func TestInformer_FailingKeyFunctionSkipsOnlyThatObject(t *testing.T) {
 	})
 }
 
+func TestInformer_FailingTransformLeavesTheChangeOutButNeverADeletion(t *testing.T) {
+	errNegative := errors.New("negative")
+	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
+		f := newFixture(t, kind, func(o *mirror.InformerOptions[string, item]) {
+			o.Transform = func(it item) (item, error) {
+				if it.Val < 0 {
+					return it, errNegative
+				}
+				return it, nil
+			}
+		})
+		for i, n := range []string{"a", "b", "c"} {
+			f.src.Put(item{Name: n, Val: i + 1})
+		}
+		rec := &recorder{}
+		_, err := f.inf.AddEventHandler(rec, mirror.HandlerOptions{})
+		require.NoError(t, err)
+		f.start()
+		f.synced()
+		rec.take()
+
+		// An update that fails leaves the cache as it was; the deletion
+		// that follows carries b's failing state, and still deletes.
+		f.src.Put(item{Name: "a", Val: -1})
+		f.src.Put(item{Name: "b", Val: -2})
+		f.src.Delete("b")
+		synctest.Wait()
+		assert.Equal(t, []string{"delete b=2 unknown=false"}, rendered(rec.take()))
+		assert.Equal(t, map[string]int{"a": 1, "c": 3}, f.cacheState())
+
+		// A relist that lists a and c in states that fail keeps what the
+		// cache holds for them: they are not gone.
+		f.missWhileDown(func() int64 { return f.src.Put(item{Name: "c", Val: -3}) })
+		assert.Empty(t, rendered(rec.take()))
+		assert.Equal(t, map[string]int{"a": 1, "c": 3}, f.cacheState())
+
+		var failed int
+		for _, err := range f.errs.all() {
+			if errors.Is(err, errNegative) {
+				failed++
+			}
+		}
+		assert.Equal(t, 4, failed, "a's and b's updates, b's deletion, and the relist (a and c, reported together)")
+		f.stop()
+	})
+}
+
 func TestInformer_ListReadInPagesIsAppliedWhole(t *testing.T) {
 	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
 		f := newFixture(t, kind, func(o *mirror.InformerOptions[string, item]) {

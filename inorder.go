@@ -74,6 +74,10 @@ type relist[K comparable, T any] struct {
 	// order, failed, and they are left out.
 	keys []K
 	skip []int
+	// kept are the keys of the listed objects whose transform failed: the
+	// cache keeps what it holds for them rather than finding them gone,
+	// as a DeltaFIFO keeps them.
+	kept []K
 }
 
 // len returns the number of objects l applies.
@@ -129,30 +133,42 @@ func (q *inOrderQueue[K, T]) DeleteKeyOnly(obj T) error {
 	return nil
 }
 
-// prepare computes obj's key and transforms it, as DeltaFIFO does.
-func (q *inOrderQueue[K, T]) prepare(obj T) (K, T, error) {
-	k, err := keyOf(q.keyFunc, obj)
-	if err != nil || q.transform == nil {
-		return k, obj, err
+// transformed applies the transform, if any, to obj, whose key is k, as
+// DeltaFIFO does.
+func (q *inOrderQueue[K, T]) transformed(k K, obj T) (T, error) {
+	if q.transform == nil {
+		return obj, nil
 	}
 	out, err := q.transform(obj)
 	if err != nil {
-		return k, obj, fmt.Errorf("mirror: transform object with key %v: %w", k, err)
+		return obj, fmt.Errorf("mirror: transform object with key %v: %w", k, err)
 	}
-	return k, out, nil
+	return out, nil
 }
 
+// queueChange queues a change of obj. A change whose key fails is left
+// out, and so is an addition or update whose transform fails; a deletion
+// whose transform fails is queued with the key alone, as DeleteKeyOnly
+// queues it, since the object is gone whatever its last state looked like.
+// Either way the error is returned.
 func (q *inOrderQueue[K, T]) queueChange(kind entryKind, obj T) error {
-	k, obj, err := q.prepare(obj)
+	k, err := keyOf(q.keyFunc, obj)
 	if err != nil {
+		return err
+	}
+	if obj, err = q.transformed(k, obj); err != nil {
+		if kind == entryDeleted {
+			q.push(inOrderEntry[K, T]{kind: entryDeletedKeyOnly, key: k})
+		}
 		return err
 	}
 	q.push(inOrderEntry[K, T]{kind: kind, key: k, obj: obj})
 	return nil
 }
 
-// Replace queues the whole list as one entry. Objects whose transform or
-// key fails are left out and reported; the rest are queued.
+// Replace queues the whole list as one entry. Objects whose key or
+// transform fails are left out and reported; the rest are queued. The
+// cached state of a key whose object failed its transform is kept.
 func (q *inOrderQueue[K, T]) Replace(list []T, _ string) error {
 	return q.replacePages([][]T{list}, len(list))
 }
@@ -170,7 +186,12 @@ func (q *inOrderQueue[K, T]) replacePages(pages [][]T, n int) error {
 	i := 0
 	for _, p := range pages {
 		for _, obj := range p {
-			k, obj, err := q.prepare(obj)
+			k, err := keyOf(q.keyFunc, obj)
+			if err == nil {
+				if obj, err = q.transformed(k, obj); err != nil {
+					l.kept = append(l.kept, k)
+				}
+			}
 			if err != nil {
 				errs = append(errs, err)
 				l.skip = append(l.skip, i)
