@@ -101,6 +101,7 @@ func (d *indexDefs[T]) priors(dst []priorValues, old T) []priorValues {
 	return dst
 }
 
+// index maps each value of one index to the set of keys of the objects
 // that have it. A set that empties is deleted, so that churn through many
 // distinct values (short-lived namespaces, say) does not grow memory.
 //

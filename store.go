@@ -148,8 +148,6 @@ func (c *contents[K, T]) delete(defs *indexDefs[T], key K) (old T, existed bool)
 	return old, true
 }
 
-// index maps each value of one index to the set of keys of the objects
-
 // NewIndexer returns an empty Indexer that keys objects with keyFunc and
 // maintains the given indexes. It panics if keyFunc is nil.
 func NewIndexer[K comparable, T any](keyFunc KeyFunc[K, T], indexers Indexers[T]) *Indexer[K, T] {

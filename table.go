@@ -40,7 +40,7 @@ type table[K comparable, T any] struct {
 	foreign     map[K]T
 	foreignPeak int // the most objects foreign has held
 
-	// moves counts the times the slots were replaced, or foreign was.
+	// moves counts the times the slots were replaced.
 	moves uint64
 }
 
@@ -50,11 +50,12 @@ const (
 	tagFull    = 1 << 31 // set in every key's tag
 
 	// maxInline is the size of the largest object held in a slot; larger
-	// ones are boxed. The slots are between 3/8 and 3/4 full, so holding
-	// an object of S bytes in them costs S/(3/4) to S/(3/8) bytes; boxed,
-	// it costs a pointer per slot and S once, which is less from about
-	// S = 32, for an allocation per inserted key. (Go's maps, up to 7/8
-	// full, draw the line at 128 bytes.)
+	// ones are boxed. A table that grows is between 3/8 and 3/4 full (one
+	// that shrinks may fall to 1/8 first), so holding an object of S bytes
+	// in its slots costs S/(3/4) to S/(3/8) bytes; boxed, it costs a
+	// pointer per slot and S once, which is less from about S = 32, for an
+	// allocation per inserted key. (Go's maps, up to 7/8 full, draw the
+	// line at 128 bytes.)
 	maxInline = 32
 )
 
@@ -315,8 +316,8 @@ func (t *table[K, T]) putForeign(key K, obj T) {
 func (t *table[K, T]) deleteForeign(key K) {
 	delete(t.foreign, key)
 	if len(t.foreign) == 0 && t.foreignPeak > minSlots {
+		// Not a move: a walk copies foreign's keys when it starts.
 		t.foreign, t.foreignPeak = nil, 0
-		t.moves++
 	}
 }
 
