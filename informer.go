@@ -302,6 +302,21 @@ func (inf *Informer[K, T]) minResyncPeriod() time.Duration {
 	return min
 }
 
+// afterFunc is context.AfterFunc whose stop also waits for f to return if
+// it has started, so that f's goroutine does not outlive the caller.
+func afterFunc(ctx context.Context, f func()) (stop func()) {
+	done := make(chan struct{})
+	cancel := context.AfterFunc(ctx, func() {
+		defer close(done)
+		f()
+	})
+	return func() {
+		if !cancel() {
+			<-done
+		}
+	}
+}
+
 // applyLoop pops and applies batches until ctx ends.
 func (inf *Informer[K, T]) applyLoop(ctx context.Context) {
 	if inf.fifo != nil {
@@ -316,8 +331,7 @@ func (inf *Informer[K, T]) applyLoop(ctx context.Context) {
 			inf.checkFIFOSynced()
 		}
 	}
-	stop := context.AfterFunc(ctx, inf.inOrder.interrupt)
-	defer stop()
+	defer afterFunc(ctx, inf.inOrder.interrupt)()
 	batch := make([]inOrderEntry[K, T], 0, inf.opts.BatchSize)
 	for {
 		var err error

@@ -65,8 +65,8 @@ func (f HandlerFuncs[T]) OnDelete(obj T, finalStateUnknown bool) {
 }
 
 // HandlerOptions tunes one handler's registration. The zero value is a
-// handler that resyncs with the informer's default period and whose buffer
-// is unbounded.
+// handler that resyncs with the informer's default period and whose
+// backlog is unbounded.
 type HandlerOptions struct {
 	// ResyncPeriod is how often the handler is offered every cached object
 	// again, as OnUpdate(obj, obj). Zero means the informer's
@@ -75,7 +75,7 @@ type HandlerOptions struct {
 	// than the informer's own resync period is raised to it.
 	ResyncPeriod time.Duration
 
-	// MaxBacklog bounds the handler's buffer. Once more than MaxBacklog
+	// MaxBacklog bounds the handler's backlog. Once more than MaxBacklog
 	// notifications wait for the handler, they collapse to at most one
 	// pending notification per key until the handler catches up: the
 	// latest state wins, a delete stays a delete, and an update's old
@@ -554,7 +554,7 @@ func (l *listener[K, T]) hasSynced() bool {
 }
 
 // listenerBatch is how many notifications run takes per lock acquisition.
-// Taken notifications are out of the buffer's reach (Backlog does not
+// Taken notifications are out of the backlog's reach (Backlog does not
 // count them, bounded mode does not merge them), so it stays small.
 const listenerBatch = 32
 
@@ -562,8 +562,7 @@ const listenerBatch = 32
 // Once either happens, no further handler call starts.
 func (l *listener[K, T]) run(ctx context.Context) {
 	defer close(l.done)
-	stopHalt := context.AfterFunc(ctx, func() { l.halted.Store(true) })
-	defer stopHalt()
+	defer afterFunc(ctx, func() { l.halted.Store(true) })()
 	// The batch is copied out of the feed, not read in place: a handler
 	// stuck in a call would otherwise keep the chunk it came from, and
 	// with it every later chunk, reachable.
