@@ -43,7 +43,9 @@ type ListOptions struct {
 
 // ListResult is one page of a list.
 type ListResult[T any] struct {
-	// Items are the objects of this page.
+	// Items are the objects of this page. They belong to the caller once
+	// List returns: a source must not change or reuse the slice, which a
+	// Reflector may hand on to its store as it is.
 	Items []T
 
 	// ResourceVersion is the version the whole list is at. It is the same
@@ -232,7 +234,9 @@ type ReflectorStore[T any] interface {
 // find the object's last state itself, as DeltaFIFO does. The Reflector
 // hands such deletions to DeleteKeyOnly where a store has it, and to
 // Delete otherwise: a store that needs nothing but the key to delete, as
-// Indexer and FIFO, loses nothing.
+// Indexer and FIFO, loses nothing. A store that wraps another must
+// implement it too and pass such deletions on, or the wrapped store sees
+// them as ordinary deletions of an object that holds only its key.
 type KeyOnlyDeleter[T any] interface {
 	// DeleteKeyOnly records that the object identified by obj left the
 	// source; obj need not hold its last state.

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -159,6 +160,7 @@ type Reflector[T any] struct {
 	lw      ListWatcher[T]
 	store   ReflectorStore[T]
 	keyOnly KeyOnlyDeleter[T] // store, if it is one
+	pages   pageReplacer[T]   // store, if it is one
 	opts    ReflectorOptions  // defaults filled in
 	logger  *slog.Logger
 	prefix  string // starts every reported error
@@ -244,6 +246,7 @@ func NewReflector[T any](lw ListWatcher[T], store ReflectorStore[T], opts Reflec
 		r.onError = func(err error) { logger.Warn("reflector error", "err", err) }
 	}
 	r.keyOnly, _ = store.(KeyOnlyDeleter[T])
+	r.pages, _ = store.(pageReplacer[T])
 	return r
 }
 
@@ -460,8 +463,8 @@ func (r *Reflector[T]) streamFailed(rv string, err error) error {
 // once more, a good share of an informer's initial sync.
 type pageReplacer[T any] interface {
 	// replacePages is Replace with list given as pages holding n objects
-	// in all. The store may keep pages but must not change them: they are
-	// the source's.
+	// in all. The store may keep pages: the Reflector does not touch them
+	// again (see ListResult.Items).
 	replacePages(pages [][]T, n int) error
 }
 
@@ -470,10 +473,15 @@ type pageReplacer[T any] interface {
 func (r *Reflector[T]) replace(pages [][]T, n int, rv string) {
 	r.lockStore()
 	var err error
-	if pr, ok := r.store.(pageReplacer[T]); ok {
-		err = pr.replacePages(pages, n)
-	} else {
-		err = r.store.Replace(join(pages, n), rv)
+	switch {
+	case r.pages != nil:
+		err = r.pages.replacePages(pages, n)
+	case len(pages) == 1:
+		err = r.store.Replace(pages[0], rv)
+	default:
+		// Joined at their total size, once, rather than page by page,
+		// which would copy the objects again at every doubling.
+		err = r.store.Replace(slices.Concat(pages...), rv)
 	}
 	r.unlockStore()
 	if err != nil {
@@ -490,21 +498,6 @@ func (r *Reflector[T]) replace(pages [][]T, n int, rv string) {
 	}
 	r.eventsSinceList = 0
 	r.logger.Debug("listed", "objects", n, "resourceVersion", rv)
-}
-
-// join returns the n objects of pages in one slice. A single page is
-// handed on as it is; more are joined at their total size, once, rather
-// than page by page, which would copy the objects again at every
-// doubling.
-func join[T any](pages [][]T, n int) []T {
-	if len(pages) == 1 {
-		return pages[0]
-	}
-	items := make([]T, 0, n)
-	for _, p := range pages {
-		items = append(items, p...)
-	}
-	return items
 }
 
 // watch applies the events of w, if not nil, and then of new watches from
