@@ -22,12 +22,13 @@ import (
 )
 
 // Object is one etcd key as the mirror holds it: the key, its decoded value
-// and etcd's metadata for it.
+// and etcd's metadata for it. In a deletion that carries the key alone
+// (mirror.Event.KeyOnly; see Options.PrevValues), every field but Key is
+// zero.
 type Object[T any] struct {
 	// Key is the full etcd key, prefix included.
 	Key string
-	// Value is the decoded value. It is the zero T on a deletion that
-	// carries the key alone (see Options.PrevValues).
+	// Value is the decoded value.
 	Value T
 	// CreateRevision is the revision at which the key was last created.
 	CreateRevision int64

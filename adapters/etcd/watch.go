@@ -90,7 +90,7 @@ func (lw *ListWatcher[T]) Watch(ctx context.Context, opts mirror.WatchOptions) (
 		start = 0
 	}
 	w.ahead = start > 0
-	if err := w.open(start, lw.opts.requestTimeout()); err != nil {
+	if err := w.open(ctx, start, lw.opts.requestTimeout()); err != nil {
 		return nil, err
 	}
 	if d := lw.opts.progressInterval(); d > 0 {
@@ -103,8 +103,9 @@ func (lw *ListWatcher[T]) Watch(ctx context.Context, opts mirror.WatchOptions) (
 // open starts the client's watch at rev (0: from now), ending the one it
 // replaces, if any. etcd accepts a watch before the client returns it; if
 // that takes longer than timeout (no bound if it is not positive), the
-// whole watch ends and open reports the member unavailable.
-func (w *watcher[T]) open(rev int64, timeout time.Duration) error {
+// whole watch ends and open reports the member unavailable. If ctx, the
+// caller's, ends first, the whole watch ends and open returns ctx.Err().
+func (w *watcher[T]) open(ctx context.Context, rev int64, timeout time.Duration) error {
 	var buf [4]clientv3.OpOption
 	ops := append(buf[:0], clientv3.WithRange(w.lw.end))
 	if w.lw.opts.PrevValues {
@@ -126,11 +127,17 @@ func (w *watcher[T]) open(rev int64, timeout time.Duration) error {
 	if timeout > 0 {
 		timer = time.AfterFunc(timeout, func() { w.stop(errStartTimeout) })
 	}
+	stop := context.AfterFunc(ctx, func() { w.stop(ctx.Err()) })
 	w.ch = w.lw.client.Watch(octx, w.lw.start, ops...)
+	stop()
 	if timer != nil && !timer.Stop() {
 		w.release()
 		return fmt.Errorf("etcd: watch %q from rev %d: %w: %w",
 			w.lw.prefix, w.from, mirror.ErrUnavailable, context.DeadlineExceeded)
+	}
+	if err := ctx.Err(); err != nil {
+		w.release()
+		return err
 	}
 	return nil
 }
@@ -222,7 +229,7 @@ func (w *watcher[T]) Next(ctx context.Context) (mirror.Event[Object[T]], error) 
 					// etcd compacted away only the revision before
 					// from, where tick restarted the watch; from
 					// itself is still there.
-					if err := w.open(w.from, w.lw.opts.requestTimeout()); err != nil {
+					if err := w.open(ctx, w.from, w.lw.opts.requestTimeout()); err != nil {
 						return zero, w.fail(err)
 					}
 					continue
@@ -286,13 +293,7 @@ func (w *watcher[T]) tick(ctx context.Context) error {
 		if d := w.lw.opts.requestTimeout(); d > 0 {
 			timeout = min(timeout, d)
 		}
-		stop := context.AfterFunc(ctx, func() { w.stop(ctx.Err()) })
-		err := w.open(w.from-1, timeout)
-		stop()
-		if err == nil {
-			err = ctx.Err()
-		}
-		if err != nil {
+		if err := w.open(ctx, w.from-1, timeout); err != nil {
 			return err
 		}
 		// etcd accepted the watch, so it is there. The new watch is not

@@ -183,6 +183,29 @@ func TestWatcher_CompactionOfOnlyTheRevisionBeforeStartsAgainJustAfterIt(t *test
 	})
 }
 
+func TestWatcher_StartingAgainAfterCompactionEndsWithTheCallersContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fw := &fakeWatcher{}
+		w := startFakeWatch(t, fw, Options{ProgressInterval: time.Second}, mirror.WatchOptions{ResourceVersion: "5"})
+		ctx, cancel := context.WithCancel(t.Context())
+		errs := make(chan error, 1)
+		go func() {
+			_, err := w.Next(ctx)
+			errs <- err
+		}()
+		time.Sleep(2 * time.Second) // unanswered: started again at 5
+		synctest.Wait()
+		require.Equal(t, 2, fw.watchCount())
+
+		fw.memberGone() // from now on a watch is never accepted
+		fw.watch(1).ch <- clientv3.WatchResponse{Header: header(9), CompactRevision: 6, Canceled: true}
+		synctest.Wait()
+		require.Equal(t, 3, fw.watchCount(), "starting again just after 5")
+		cancel()
+		require.ErrorIs(t, <-errs, context.Canceled)
+	})
+}
+
 func TestWatcher_CanceledWatchIsClassified(t *testing.T) {
 	for _, tc := range []struct {
 		reason string
