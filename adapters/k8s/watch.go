@@ -40,9 +40,13 @@ import (
 // on. A watch Error event from the server ends the stream with its status
 // as an *apierrors.StatusError, classified like the errors of List: a
 // version too old for the server wraps mirror.ErrExpired. client-go ends a
-// stream whose connection broke without saying so, and the adapter cannot
-// tell that from the server's timeout: both end with io.EOF, and the next
-// Watch reports what is wrong.
+// stream whose connection broke with an end of file, a reset or a timeout
+// without saying so, and the adapter cannot tell that from the server's
+// timeout: both end with io.EOF, and the next Watch reports what is wrong.
+// Any other read or decoding failure client-go reports as an Error event,
+// a 500 with the cause ClientWatchDecoding, which ends the stream as an
+// *apierrors.StatusError of no mirror kind: the informer relists, as
+// client-go's does.
 func (lw *ListWatcher[T]) Watch(ctx context.Context, opts mirror.WatchOptions) (mirror.Watcher[T], error) {
 	o := lw.listOptions()
 	o.Watch = true
