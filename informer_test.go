@@ -284,12 +284,7 @@ func TestInformer_RelistDeliversTombstonesForMissedDeletes(t *testing.T) {
 		for _, n := range []string{"a", "b", "c"} {
 			f.src.Put(item{Name: n, Val: 1})
 		}
-		rec := &recorder{}
-		_, err := f.inf.AddEventHandler(rec, mirror.HandlerOptions{})
-		require.NoError(t, err)
-		f.start()
-		f.synced()
-		rec.take()
+		rec := f.startRecording()
 
 		// While the watch is down, b is deleted and c changed, and
 		// the history that would tell is compacted away: only a
@@ -665,12 +660,7 @@ func TestInformer_FailingTransformLeavesTheChangeOutButNeverADeletion(t *testing
 		for i, n := range []string{"a", "b", "c"} {
 			f.src.Put(item{Name: n, Val: i + 1})
 		}
-		rec := &recorder{}
-		_, err := f.inf.AddEventHandler(rec, mirror.HandlerOptions{})
-		require.NoError(t, err)
-		f.start()
-		f.synced()
-		rec.take()
+		rec := f.startRecording()
 
 		// An update that fails leaves the cache as it was; the deletion
 		// that follows carries b's failing state, and still deletes.
