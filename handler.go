@@ -1,0 +1,102 @@
+package mirror
+
+import (
+	"fmt"
+	"time"
+)
+
+// Handler receives an Informer's notifications. Each registered Handler
+// is called from a goroutine of its own, one call at a time, so a Handler
+// needs no locking of its own unless it shares state with other code; and a
+// slow Handler delays only itself.
+type Handler[T any] interface {
+	// OnAdd is called when an object enters the cache, or, for a handler
+	// added to a running informer, once for every object already cached.
+	// isInInitialList reports that the object came with the initial list
+	// (or that replay) rather than from a later change.
+	OnAdd(obj T, isInInitialList bool)
+
+	// OnUpdate is called when a cached object changes, and on a periodic
+	// resync (then oldObj and newObj are the same object).
+	OnUpdate(oldObj, newObj T)
+
+	// OnDelete is called when an object leaves the cache. For an observed
+	// deletion, obj is the object's last state: what the source's delete
+	// event carried, or, if that held only the key (Event.KeyOnly, as
+	// from the etcd adapter), the state the cache held, which the watch
+	// kept current up to the deletion. finalStateUnknown reports that the
+	// deletion was inferred by a relist, not observed; obj is then the
+	// last state the cache held, which may be older than the object's
+	// real final state.
+	OnDelete(obj T, finalStateUnknown bool)
+}
+
+// HandlerFuncs adapts functions to a Handler. A nil function ignores its
+// notifications.
+type HandlerFuncs[T any] struct {
+	AddFunc    func(obj T, isInInitialList bool)
+	UpdateFunc func(oldObj, newObj T)
+	DeleteFunc func(obj T, finalStateUnknown bool)
+}
+
+// OnAdd calls AddFunc if it is not nil.
+func (f HandlerFuncs[T]) OnAdd(obj T, isInInitialList bool) {
+	if f.AddFunc != nil {
+		f.AddFunc(obj, isInInitialList)
+	}
+}
+
+// OnUpdate calls UpdateFunc if it is not nil.
+func (f HandlerFuncs[T]) OnUpdate(oldObj, newObj T) {
+	if f.UpdateFunc != nil {
+		f.UpdateFunc(oldObj, newObj)
+	}
+}
+
+// OnDelete calls DeleteFunc if it is not nil.
+func (f HandlerFuncs[T]) OnDelete(obj T, finalStateUnknown bool) {
+	if f.DeleteFunc != nil {
+		f.DeleteFunc(obj, finalStateUnknown)
+	}
+}
+
+// HandlerOptions tunes one handler's registration. The zero value is a
+// handler that resyncs with the informer's default period and whose
+// backlog is unbounded.
+type HandlerOptions struct {
+	// ResyncPeriod is how often the handler is offered every cached object
+	// again, as OnUpdate(obj, obj). Zero means the informer's
+	// ResyncPeriod; a negative value means never. Periods under one second
+	// are raised to one second. On a running informer, a period shorter
+	// than the informer's own resync period is raised to it.
+	ResyncPeriod time.Duration
+
+	// MaxBacklog bounds the handler's backlog. Once more than MaxBacklog
+	// notifications wait for the handler, they collapse to at most one
+	// pending notification per key until the handler catches up: the
+	// latest state wins, a delete stays a delete, and an update's old
+	// object is the one the handler last saw. Memory is then bounded by
+	// the number of keys, not of events; the price is that notifications
+	// for different keys may arrive out of source order. Zero means
+	// unbounded: every notification is delivered, in order.
+	MaxBacklog int
+}
+
+// HandlerPanicError reports a handler that panicked. The panic is
+// recovered; the notification that caused it is dropped for that handler
+// only, and the handler goes on receiving notifications.
+type HandlerPanicError struct {
+	// Value is the value the handler panicked with.
+	Value any
+	// Stack is the goroutine's stack at the panic.
+	Stack []byte
+}
+
+// Error implements error.
+func (e *HandlerPanicError) Error() string {
+	return fmt.Sprintf("mirror: event handler panicked: %v", e.Value)
+}
+
+// minResyncPeriod is the shortest resync period a handler can have: a
+// tighter loop would mostly burn CPU re-delivering unchanged objects.
+const minResyncPeriod = time.Second

@@ -1,0 +1,226 @@
+package mirror
+
+import (
+	"context"
+	"errors"
+)
+
+// afterFunc is context.AfterFunc whose stop also waits for f to return if
+// it has started, so that f's goroutine does not outlive the caller.
+func afterFunc(ctx context.Context, f func()) (stop func()) {
+	done := make(chan struct{})
+	cancel := context.AfterFunc(ctx, func() {
+		defer close(done)
+		f()
+	})
+	return func() {
+		if !cancel() {
+			<-done
+		}
+	}
+}
+
+// applyLoop pops and applies batches until ctx ends.
+func (inf *Informer[K, T]) applyLoop(ctx context.Context) {
+	if inf.fifo != nil {
+		for {
+			err := inf.fifo.PopBatch(ctx, inf.opts.BatchSize, inf.applyDeltas)
+			if ctx.Err() != nil || errors.Is(err, ErrClosed) {
+				return
+			}
+			if err != nil {
+				inf.report(err)
+			}
+			inf.checkFIFOSynced()
+		}
+	}
+	defer afterFunc(ctx, inf.inOrder.interrupt)()
+	batch := make([]inOrderEntry[K, T], 0, inf.opts.BatchSize)
+	for {
+		var err error
+		batch, err = inf.inOrder.popBatch(ctx, inf.opts.BatchSize, batch[:0])
+		if err != nil {
+			return
+		}
+		inf.applyEntries(batch)
+		clear(batch) // drop references to popped objects
+	}
+}
+
+// applyDeltas applies a DeltaFIFO batch; it runs with the queue's lock
+// held, so a relist cannot compute tombstones from a cache that has not
+// yet applied these deltas.
+func (inf *Informer[K, T]) applyDeltas(batch []QueuedDeltas[K, T]) error {
+	inf.applyMu.Lock()
+	defer inf.applyMu.Unlock()
+	for _, item := range batch {
+		for _, d := range item.Deltas {
+			inf.applyDelta(item.Key, d, item.IsInInitialList)
+		}
+	}
+	inf.proc.publish()
+	return nil
+}
+
+// applyEntries applies an in-order batch. The queue's lock is not held:
+// only this goroutine writes the cache, so each entry sees the cache as
+// every earlier entry left it.
+func (inf *Informer[K, T]) applyEntries(batch []inOrderEntry[K, T]) {
+	inf.applyMu.Lock()
+	defer inf.applyMu.Unlock()
+	for i := range batch {
+		e := &batch[i]
+		initial := e.completesSync && !inf.synced.Load()
+		switch e.kind {
+		case entryAdded:
+			inf.applyDelta(e.key, Delta[T]{Type: Added, Object: e.obj}, false)
+		case entryUpdated:
+			inf.applyDelta(e.key, Delta[T]{Type: Updated, Object: e.obj}, false)
+		case entryDeleted:
+			inf.applyDelete(e.key, Delta[T]{Type: Deleted, Object: e.obj}, false)
+		case entryDeletedKeyOnly:
+			inf.applyDelete(e.key, Delta[T]{Type: Deleted, Object: e.obj}, true)
+		case entryReplace:
+			inf.applyReplace(e.list, initial)
+		case entryResync:
+			for k, obj := range inf.cache.All() {
+				inf.proc.distribute(notification[K, T]{kind: notifyUpdate, key: k, old: obj, obj: obj}, true)
+			}
+		}
+		if e.completesSync {
+			// The listeners must count the initial-list adds before
+			// they may see the informer synced.
+			inf.proc.publish()
+			inf.markSynced()
+		}
+	}
+	inf.proc.publish()
+}
+
+// applyReplace applies a relist as one step: deletes for every cached key
+// it does not list, then adds and updates.
+func (inf *Informer[K, T]) applyReplace(list *relist[K, T], initial bool) {
+	if inf.cache.Len() > 0 {
+		inf.deleteUnlisted(list)
+	}
+	// What is left are listed keys: make room for the whole list at once
+	// rather than growing the cache step by step as it fills.
+	inf.cache.reserve(list.len())
+	for k, obj := range list.all() {
+		inf.applyDelta(k, Delta[T]{Type: Replaced, Object: obj}, initial)
+	}
+}
+
+// deleteUnlisted deletes every cached key that list lacks and tells the
+// handlers that its final state is unknown.
+func (inf *Informer[K, T]) deleteUnlisted(list *relist[K, T]) {
+	listed := make(map[K]struct{}, list.len()+len(list.kept))
+	for k := range list.all() {
+		listed[k] = struct{}{}
+	}
+	for _, k := range list.kept {
+		listed[k] = struct{}{}
+	}
+	var gone []K
+	for k := range inf.cache.All() {
+		if _, ok := listed[k]; !ok {
+			gone = append(gone, k)
+		}
+	}
+	for _, k := range gone {
+		if old, ok := inf.cache.DeleteKey(k); ok {
+			inf.proc.distribute(notification[K, T]{kind: notifyDelete, key: k, obj: old, unknown: true}, false)
+		}
+	}
+}
+
+// applyDelta updates the cache with one delta and notifies the handlers.
+func (inf *Informer[K, T]) applyDelta(key K, d Delta[T], initial bool) {
+	switch d.Type {
+	case Deleted:
+		inf.applyDelete(key, d, false)
+	default: // Added, Updated, Replaced, Sync
+		old, existed, err := inf.cache.Set(key, d.Object)
+		if err != nil {
+			inf.report(err)
+			return
+		}
+		if !existed {
+			inf.proc.distribute(notification[K, T]{kind: notifyAdd, key: key, obj: d.Object, initial: initial}, false)
+			return
+		}
+		isSync := d.Type == Sync ||
+			(d.Type == Replaced && inf.opts.ResourceVersion != nil &&
+				inf.opts.ResourceVersion(old) == inf.opts.ResourceVersion(d.Object))
+		inf.proc.distribute(notification[K, T]{kind: notifyUpdate, key: key, old: old, obj: d.Object}, isSync)
+	}
+}
+
+// applyDelete removes key from the cache and notifies the handlers of the
+// Deleted delta d. keyOnly says that d's object holds only the key.
+func (inf *Informer[K, T]) applyDelete(key K, d Delta[T], keyOnly bool) {
+	old, existed := inf.cache.DeleteKey(key)
+	if !existed {
+		// Never applied here, so no handler has seen it: there is
+		// nothing to delete. (The in-order queue relies on this; it
+		// queues deletes without knowing the cache.)
+		return
+	}
+	obj := d.Object
+	if d.Tombstone || keyOnly {
+		// The cache holds the last state this side applied. For a
+		// deletion the watch saw, that is the final state: every
+		// earlier change to the key was applied before it.
+		obj = old
+	}
+	inf.proc.distribute(notification[K, T]{kind: notifyDelete, key: key, obj: obj, unknown: d.Tombstone}, false)
+}
+
+func (inf *Informer[K, T]) markSynced() {
+	if inf.synced.Load() {
+		return
+	}
+	inf.syncedOnce.Do(func() {
+		inf.synced.Store(true)
+		close(inf.syncedCh)
+	})
+	inf.proc.signalSynced()
+}
+
+func (inf *Informer[K, T]) checkFIFOSynced() {
+	// HasSynced alone turns true as the last initial key is popped,
+	// before applyDeltas has applied it; processedInitial waits for that.
+	if inf.synced.Load() || !inf.fifo.processedInitial() {
+		return
+	}
+	// Under applyMu, the listeners have been told of every notification
+	// the initial list made.
+	inf.applyMu.Lock()
+	defer inf.applyMu.Unlock()
+	inf.markSynced()
+}
+
+// fifoSyncWatch is the Reflector's view of a DeltaFIFO: it notices when
+// the queue becomes synced without anything to pop (an empty first list).
+type fifoSyncWatch[K comparable, T any] struct{ inf *Informer[K, T] }
+
+func (s fifoSyncWatch[K, T]) Add(obj T) error { return s.after(s.inf.fifo.Add(obj)) }
+
+func (s fifoSyncWatch[K, T]) Update(obj T) error { return s.after(s.inf.fifo.Update(obj)) }
+
+func (s fifoSyncWatch[K, T]) Delete(obj T) error { return s.after(s.inf.fifo.Delete(obj)) }
+
+func (s fifoSyncWatch[K, T]) Resync() error { return s.inf.fifo.Resync() }
+
+func (s fifoSyncWatch[K, T]) Replace(list []T, rv string) error {
+	return s.after(s.inf.fifo.Replace(list, rv))
+}
+
+func (s fifoSyncWatch[K, T]) DeleteKeyOnly(obj T) error {
+	return s.after(s.inf.fifo.DeleteKeyOnly(obj))
+}
+
+func (s fifoSyncWatch[K, T]) after(err error) error {
+	s.inf.checkFIFOSynced()
+	return err
+}

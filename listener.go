@@ -1,0 +1,434 @@
+package mirror
+
+import (
+	"context"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// listener delivers one handler's notifications, in order, on a
+// goroutine of its own. What waits for the handler is the part of the
+// feed it has been told of and has not read, and its own queue: a late
+// handler's replay and the resync notifications meant for it alone. So
+// the backlog of a handler that keeps up costs nothing of its own, and a
+// slow handler's costs what the feed holds for it, given back as it
+// catches up.
+//
+// In bounded mode (HandlerOptions.MaxBacklog), once the backlog passes
+// the bound, the listener reads everything waiting into pending, one slot
+// per key, and does the same with everything published until pending has
+// drained.
+type listener[K comparable, T any] struct {
+	handler      Handler[T]
+	report       func(error)
+	upstream     func() bool // the informer has synced
+	resyncPeriod time.Duration
+	nextResync   time.Time // guarded by processor.mu
+	maxBacklog   int
+
+	wake     chan struct{} // capacity 1: a pending wake-up
+	stopped  chan struct{} // closed by stop
+	halted   atomic.Bool   // set by stop or when run's context ends
+	done     chan struct{} // closed when run returns
+	stopOnce sync.Once
+
+	syncedCh   chan struct{} // closed once the handler has synced
+	syncedOnce sync.Once
+
+	mu   sync.Mutex
+	feed *feed[K, T]
+	// pos is the next feed notification to deliver; the feed's
+	// notifications numbered below end have been published to this
+	// listener.
+	pos feedPos[K, T]
+	end uint64
+	own seqQueue[ownNotification[K, T]]
+	// removed is set by stop: nothing is queued any more.
+	removed bool
+	pending map[K]*slot[K, T] // bounded mode, one slot per key
+	order   seqQueue[K]       // bounded mode, keys in first-pending order
+	// initialPending counts undelivered initial-list adds.
+	initialPending int
+}
+
+// ownNotification is a notification for one listener only, delivered
+// after the feed's notifications numbered below at and before the others.
+type ownNotification[K comparable, T any] struct {
+	at uint64
+	n  notification[K, T]
+}
+
+func newListener[K comparable, T any](h Handler[T], resync time.Duration, maxBacklog int, report func(error), upstream func() bool) *listener[K, T] {
+	return &listener[K, T]{
+		handler:      h,
+		report:       report,
+		upstream:     upstream,
+		resyncPeriod: resync,
+		maxBacklog:   maxBacklog,
+		wake:         make(chan struct{}, 1),
+		stopped:      make(chan struct{}),
+		done:         make(chan struct{}),
+		syncedCh:     make(chan struct{}),
+	}
+}
+
+func (l *listener[K, T]) wakeUp() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// stop halts the listener and drops what waits for it, so that a removed
+// handler's registration, if the program keeps it, does not keep the
+// feed's chunks reachable.
+func (l *listener[K, T]) stop() {
+	l.stopOnce.Do(func() {
+		l.halted.Store(true)
+		close(l.stopped)
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		l.removed = true
+		l.pos, l.end = feedPos[K, T]{}, 0
+		l.own, l.order = seqQueue[ownNotification[K, T]]{}, seqQueue[K]{}
+		l.pending = nil
+	})
+}
+
+// follow makes the listener read f from the next notification appended
+// on. It is called once, under the informer's applyMu, before anything is
+// queued for the listener.
+func (l *listener[K, T]) follow(f *feed[K, T]) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.feed = f
+	l.pos = f.follow()
+	l.end = l.pos.seq
+}
+
+// publish tells the listener that the feed's notifications numbered below
+// end are there to read, initial of them initial-list adds it has not
+// been told of yet.
+func (l *listener[K, T]) publish(end uint64, initial int) {
+	l.mu.Lock()
+	if l.removed {
+		l.mu.Unlock()
+		return
+	}
+	l.initialPending += initial
+	l.end = end
+	l.boundLocked()
+	l.mu.Unlock()
+	l.wakeUp()
+}
+
+// pushOwn queues n for this listener alone, after the feed's
+// notifications numbered below at.
+func (l *listener[K, T]) pushOwn(n notification[K, T], at uint64) {
+	l.mu.Lock()
+	if l.removed {
+		l.mu.Unlock()
+		return
+	}
+	if n.initial {
+		l.initialPending++
+	}
+	l.own.push(ownNotification[K, T]{at: at, n: n})
+	l.boundLocked()
+	l.mu.Unlock()
+	l.wakeUp()
+}
+
+// boundLocked keeps a bounded listener within its bound: once the backlog
+// passes it, and from then on until pending drains, it folds everything
+// waiting into one slot per key.
+func (l *listener[K, T]) boundLocked() {
+	if l.maxBacklog <= 0 || (l.pending == nil && l.waitingLocked() <= l.maxBacklog) {
+		return
+	}
+	if l.pending == nil {
+		l.pending = make(map[K]*slot[K, T], l.waitingLocked())
+	}
+	var buf [listenerBatch]notification[K, T]
+	for {
+		n := l.takeOrderedLocked(buf[:])
+		if n == 0 {
+			return
+		}
+		for i := range buf[:n] {
+			l.mergeLocked(buf[i])
+		}
+		clear(buf[:n])
+	}
+}
+
+// waitingLocked is the number of notifications waiting outside pending.
+func (l *listener[K, T]) waitingLocked() int {
+	return int(l.end-l.pos.seq) + l.own.len()
+}
+
+// mergeLocked folds n into its key's slot. A key has one slot and one
+// place in order while it is pending, however often it changes, so both
+// stay bounded by the number of keys.
+func (l *listener[K, T]) mergeLocked(n notification[K, T]) {
+	s := l.pending[n.key]
+	if s == nil {
+		s = &slot[K, T]{}
+		l.pending[n.key] = s
+		l.order.push(n.key)
+	}
+	if s.empty() {
+		s.first = n
+		return
+	}
+	l.initialPending -= s.merge(n)
+}
+
+// takeLocked moves up to len(dst) notifications, the next to deliver,
+// into dst and returns how many it moved.
+func (l *listener[K, T]) takeLocked(dst []notification[K, T]) int {
+	n := 0
+	for l.pending != nil && n < len(dst) {
+		if x, ok := l.nextPendingLocked(); ok {
+			dst[n] = x
+			n++
+		}
+	}
+	return n + l.takeOrderedLocked(dst[n:])
+}
+
+// takeOrderedLocked moves up to len(dst) published notifications, from
+// the feed and the listener's own queue in the order they were
+// distributed, into dst and returns how many it moved.
+func (l *listener[K, T]) takeOrderedLocked(dst []notification[K, T]) int {
+	n := 0
+	for n < len(dst) {
+		if l.own.len() > 0 {
+			if l.own.front().at <= l.pos.seq {
+				dst[n] = l.own.pop().n
+				n++
+				continue
+			}
+		}
+		end := l.end
+		if l.own.len() > 0 {
+			end = min(end, l.own.front().at)
+		}
+		k, pos := l.feed.read(l.pos, dst[n:], end)
+		if k == 0 {
+			break
+		}
+		l.pos = pos
+		n += k
+	}
+	return n
+}
+
+// nextPendingLocked takes the next notification in bounded mode. When
+// pending has drained it returns to ordered mode and reports false.
+func (l *listener[K, T]) nextPendingLocked() (notification[K, T], bool) {
+	for l.order.len() > 0 {
+		k := l.order.pop()
+		s := l.pending[k]
+		if s == nil || s.empty() {
+			// Added and deleted before the handler saw either.
+			delete(l.pending, k)
+			continue
+		}
+		n := s.first
+		if s.hasThen {
+			// A delete followed by a re-creation: deliver the delete
+			// now, and the re-creation when the key comes round again.
+			s.first, s.hasThen = s.then, false
+			var zero notification[K, T]
+			s.then = zero
+			l.order.push(k)
+		} else {
+			delete(l.pending, k)
+		}
+		return n, true
+	}
+	// Drained: back to ordered delivery, releasing the order's storage.
+	l.pending = nil
+	l.order = seqQueue[K]{}
+	var zero notification[K, T]
+	return zero, false
+}
+
+// backlog returns the number of notifications waiting.
+func (l *listener[K, T]) backlog() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := l.waitingLocked()
+	for _, s := range l.pending {
+		if !s.empty() {
+			n++
+		}
+		if s.hasThen {
+			n++
+		}
+	}
+	return n
+}
+
+// hasSynced reports whether the informer has synced and this handler has
+// been handed every initial-list add.
+func (l *listener[K, T]) hasSynced() bool {
+	select {
+	case <-l.syncedCh:
+		return true
+	default:
+	}
+	l.mu.Lock()
+	pending := l.initialPending
+	l.mu.Unlock()
+	if pending == 0 && l.upstream() {
+		l.syncedOnce.Do(func() { close(l.syncedCh) })
+		return true
+	}
+	return false
+}
+
+// listenerBatch is how many notifications run takes per lock acquisition.
+// Taken notifications are out of the backlog's reach (Backlog does not
+// count them, bounded mode does not merge them), so it stays small.
+const listenerBatch = 32
+
+// run delivers notifications until ctx ends or the listener is stopped.
+// Once either happens, no further handler call starts.
+func (l *listener[K, T]) run(ctx context.Context) {
+	defer close(l.done)
+	defer afterFunc(ctx, func() { l.halted.Store(true) })()
+	// The batch is copied out of the feed, not read in place: a handler
+	// stuck in a call would otherwise keep the chunk it came from, and
+	// with it every later chunk, reachable.
+	var batch [listenerBatch]notification[K, T]
+	for {
+		l.hasSynced()
+		l.mu.Lock()
+		n := l.takeLocked(batch[:])
+		l.mu.Unlock()
+		if n == 0 {
+			select {
+			case <-l.wake:
+				continue
+			case <-l.stopped:
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+		initial := 0
+		for i := range batch[:n] {
+			if l.halted.Load() {
+				return
+			}
+			l.call(&batch[i])
+			if batch[i].initial {
+				initial++
+			}
+		}
+		clear(batch[:n]) // do not keep them reachable
+		if initial > 0 {
+			l.mu.Lock()
+			l.initialPending -= initial
+			l.mu.Unlock()
+		}
+	}
+}
+
+// call runs the handler for n, recovering a panic.
+func (l *listener[K, T]) call(n *notification[K, T]) {
+	defer func() {
+		if v := recover(); v != nil {
+			l.report(&HandlerPanicError{Value: v, Stack: debug.Stack()})
+		}
+	}()
+	switch n.kind {
+	case notifyAdd:
+		l.handler.OnAdd(n.obj, n.initial)
+	case notifyUpdate:
+		l.handler.OnUpdate(n.old, n.obj)
+	case notifyDelete:
+		l.handler.OnDelete(n.obj, n.unknown)
+	}
+}
+
+// slot is a key's pending notifications in bounded mode: one, or a delete
+// followed by a re-creation (a delete must stay a delete, and the handler
+// must also learn of the new object).
+type slot[K comparable, T any] struct {
+	first   notification[K, T]
+	then    notification[K, T]
+	hasThen bool
+}
+
+func (s *slot[K, T]) empty() bool { return s.first.kind == 0 }
+
+// merge folds n into s and returns how many initial-list adds it dropped
+// (each was counted when pushed).
+func (s *slot[K, T]) merge(n notification[K, T]) (droppedInitial int) {
+	var zero notification[K, T]
+	if s.hasThen {
+		// s: delete(x), then add(a); the handler saw x.
+		if n.kind == notifyDelete {
+			// The re-created object was never seen: only the delete of
+			// x remains.
+			droppedInitial += countInitial(s.then)
+			s.then, s.hasThen = zero, false
+			return droppedInitial
+		}
+		return absorbInto(&s.then, n)
+	}
+	switch s.first.kind {
+	case notifyAdd:
+		// The handler has not seen the object yet.
+		if n.kind == notifyDelete {
+			droppedInitial = countInitial(s.first)
+			s.first = zero
+			return droppedInitial
+		}
+		return absorbInto(&s.first, n)
+	case notifyUpdate:
+		// The handler saw s.first.old.
+		if n.kind == notifyDelete {
+			s.first = n
+			return 0
+		}
+		return absorbInto(&s.first, n)
+	case notifyDelete:
+		if n.kind == notifyDelete {
+			// A second delete: keep the one that knows the final state.
+			if s.first.unknown && !n.unknown {
+				s.first = n
+			}
+			return 0
+		}
+		s.then = notification[K, T]{kind: notifyAdd, key: n.key, obj: n.obj, initial: n.initial}
+		s.hasThen = true
+	}
+	return 0
+}
+
+// absorbInto makes the pending add or update dst carry the newer state of
+// the add or update n, and returns 1 if that dropped an initial-list add.
+func absorbInto[K comparable, T any](dst *notification[K, T], n notification[K, T]) int {
+	dst.obj = n.obj
+	if !n.initial {
+		return 0
+	}
+	if dst.kind == notifyAdd && !dst.initial {
+		dst.initial = true
+		return 0
+	}
+	return 1
+}
+
+func countInitial[K comparable, T any](n notification[K, T]) int {
+	if n.initial {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,180 @@
+package mirror
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"time"
+)
+
+// shortWatch is how long a watch must last, unless it delivered an event,
+// to count as a working one. A source that keeps closing watches at once
+// would otherwise make the Reflector spin on Watch calls.
+const shortWatch = time.Second
+
+// errVeryShortWatch is reported for a watch that ended (io.EOF) in under
+// shortWatch without delivering an event.
+var errVeryShortWatch = errors.New("very short watch: ended in under a second with no event")
+
+// errNoWatcher is reported when a ListWatcher's Watch returns neither a
+// Watcher nor an error.
+var errNoWatcher = errors.New("nil Watcher and nil error from Watch")
+
+// watch applies the events of w, if not nil, and then of new watches from
+// the last version seen, until a relist is needed or ctx is done. It
+// returns whether the relist may start at once.
+func (r *Reflector[T]) watch(ctx context.Context, w Watcher[T]) (relistNow bool) {
+	start := time.Now()
+	restart := false
+	for {
+		rv := r.LastSyncResourceVersion()
+		if w == nil {
+			start = time.Now()
+			var err error
+			w, err = r.openWatch(ctx, rv, false)
+			if err != nil {
+				if ctx.Err() != nil {
+					return false
+				}
+				if !r.watchFailed(ctx, rv, err) {
+					return r.relistAfter(err)
+				}
+				restart = true
+				continue
+			}
+			r.stats.watches.Add(1)
+			if restart {
+				r.stats.watchRestarts.Add(1)
+			}
+		}
+		n, err := r.consume(ctx, w)
+		w.Stop()
+		w = nil
+		restart = true
+		switch {
+		case ctx.Err() != nil:
+			return false
+		case errors.Is(err, io.EOF):
+			if n == 0 && time.Since(start) < shortWatch {
+				r.report(r.errorf("watch from version %q: %w", rv, errVeryShortWatch))
+				if !r.pause(ctx) {
+					return false
+				}
+			}
+		case !r.watchFailed(ctx, rv, err):
+			return r.relistAfter(err)
+		}
+	}
+}
+
+// watchFailed reports err, which ended a watch from rv, and pauses if it
+// says the source is unavailable. It returns whether to watch again from
+// the last version seen; if not, a relist is needed.
+func (r *Reflector[T]) watchFailed(ctx context.Context, rv string, err error) (rewatch bool) {
+	r.report(r.errorf("watch from version %q: %w", rv, err))
+	// An unavailable source still has the history after the version the
+	// Reflector holds; a relist would only add load when it comes back.
+	return errors.Is(err, ErrUnavailable) && r.pause(ctx)
+}
+
+// relistAfter decides how to relist after err ended watching: at once if
+// the version is gone, unless the previous relist was for the same reason
+// and no event came in since, in which case the source keeps expiring the
+// versions it hands out and a pause is due.
+func (r *Reflector[T]) relistAfter(err error) (relistNow bool) {
+	if errors.Is(err, ErrTooLargeResourceVersion) {
+		r.setVersionGone()
+	}
+	if !isGone(err) {
+		r.expiredRelist = false
+		return false
+	}
+	relistNow = !r.expiredRelist || r.eventsSinceList > 0
+	if !relistNow {
+		// The list at the last version succeeded but its version expired
+		// again before one event came: the source serves that version
+		// from a cache it cannot watch from (a restarted kube-apiserver
+		// does this). Only a consistent list breaks the loop.
+		r.setVersionGone()
+	}
+	r.expiredRelist = true
+	return relistNow
+}
+
+// consume applies the events of w until it ends, and returns how many
+// events it applied and the error that ended it.
+func (r *Reflector[T]) consume(ctx context.Context, w Watcher[T]) (n int, err error) {
+	for {
+		ev, err := w.Next(ctx)
+		if err != nil {
+			return n, err
+		}
+		n++
+		r.apply(ev)
+	}
+}
+
+// apply hands one watch event to the store and records its version. The
+// version advances even if the store refused the object: the event was
+// seen, and asking for it again would bring the same refusal.
+func (r *Reflector[T]) apply(ev Event[T]) {
+	r.stats.events.Add(1)
+	r.eventsSinceList++
+	var err error
+	r.lockStore()
+	switch ev.Type {
+	case EventAdded:
+		err = r.store.Add(ev.Object)
+	case EventModified:
+		err = r.store.Update(ev.Object)
+	case EventDeleted:
+		if ev.KeyOnly && r.keyOnly != nil {
+			err = r.keyOnly.DeleteKeyOnly(ev.Object)
+		} else {
+			err = r.store.Delete(ev.Object)
+		}
+	case EventBookmark:
+	case EventError:
+		err = eventErr(ev)
+	default:
+		err = fmt.Errorf("unknown event type %v", ev.Type)
+	}
+	r.unlockStore()
+	if err != nil {
+		r.report(r.errorf("%v event at version %q: %w", ev.Type, ev.ResourceVersion, err))
+	}
+	// An event without a version (an EventError may have none) says
+	// nothing about progress; taking "" would make the next watch start
+	// from "now" and miss what came between.
+	if ev.ResourceVersion != "" {
+		r.mu.Lock()
+		r.lastRV = ev.ResourceVersion
+		r.mu.Unlock()
+	}
+}
+
+// openWatch starts a watch from rv, with bookmarks and a random timeout in
+// [WatchTimeout, 2*WatchTimeout); initialEvents asks for a streaming list.
+func (r *Reflector[T]) openWatch(ctx context.Context, rv string, initialEvents bool) (Watcher[T], error) {
+	w, err := r.lw.Watch(ctx, WatchOptions{
+		ResourceVersion:   rv,
+		AllowBookmarks:    true,
+		SendInitialEvents: initialEvents,
+		Timeout:           r.opts.WatchTimeout + rand.N(r.opts.WatchTimeout),
+	})
+	if err == nil && w == nil {
+		// Carrying on would call a nil Watcher.
+		err = errNoWatcher
+	}
+	return w, err
+}
+
+// eventErr returns the error an EventError carries.
+func eventErr[T any](ev Event[T]) error {
+	if ev.Err == nil {
+		return errors.New("error event without a cause")
+	}
+	return ev.Err
+}
