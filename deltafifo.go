@@ -115,6 +115,7 @@ func NewDeltaFIFO[K comparable, T any](opts DeltaFIFOOptions[K, T]) *DeltaFIFO[K
 var (
 	_ ReflectorStore[int] = (*DeltaFIFO[string, int])(nil)
 	_ KeyOnlyDeleter[int] = (*DeltaFIFO[string, int])(nil)
+	_ Evicter[int]        = (*DeltaFIFO[string, int])(nil)
 )
 
 // Add queues an Added delta for obj. If the key function or the
@@ -148,15 +149,23 @@ func (f *DeltaFIFO[K, T]) add(typ DeltaType, obj T) error {
 // transformer fails, the deletion is still queued, as DeleteKeyOnly queues
 // it, and Delete returns the error: the object is gone whatever its last
 // state looked like, and dropping the deletion would keep it for good.
-func (f *DeltaFIFO[K, T]) Delete(obj T) error { return f.delete(obj, false) }
+func (f *DeltaFIFO[K, T]) Delete(obj T) error { return f.delete(obj, false, false) }
 
 // DeleteKeyOnly is Delete for an obj that identifies the object but does
 // not hold its last state (see Event.KeyOnly): the Deleted delta carries
 // the last state the queue knows instead, the key's newest queued object
 // or else its object in KnownObjects, which is not transformed again.
-func (f *DeltaFIFO[K, T]) DeleteKeyOnly(obj T) error { return f.delete(obj, true) }
+func (f *DeltaFIFO[K, T]) DeleteKeyOnly(obj T) error { return f.delete(obj, true, false) }
 
-func (f *DeltaFIFO[K, T]) delete(obj T, keyOnly bool) error {
+// Evict queues a tombstone (a Deleted delta with Tombstone set) for the
+// object identified by obj, which the source still holds in a state the
+// mirror cannot represent (see Evicter). Like DeleteKeyOnly, the delta
+// carries the last state the queue knows, and a key that is neither queued
+// nor in KnownObjects is left alone. Consumers see a deletion whose final
+// state is unknown, not an observed one.
+func (f *DeltaFIFO[K, T]) Evict(obj T) error { return f.delete(obj, true, true) }
+
+func (f *DeltaFIFO[K, T]) delete(obj T, keyOnly, tombstone bool) error {
 	key, err := keyOf(f.keyFunc, obj)
 	if err != nil {
 		return err
@@ -173,7 +182,7 @@ func (f *DeltaFIFO[K, T]) delete(obj T, keyOnly bool) error {
 	} else if obj, err = f.transformLocked(key, obj); err != nil {
 		obj = last
 	}
-	f.queueLocked(key, Delta[T]{Type: Deleted, Object: obj}, watchRoom)
+	f.queueLocked(key, Delta[T]{Type: Deleted, Object: obj, Tombstone: tombstone}, watchRoom)
 	return err
 }
 

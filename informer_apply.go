@@ -80,6 +80,8 @@ func (inf *Informer[K, T]) applyEntries(batch []inOrderEntry[K, T]) {
 			inf.applyDelete(e.key, Delta[T]{Type: Deleted, Object: e.obj}, false)
 		case entryDeletedKeyOnly:
 			inf.applyDelete(e.key, Delta[T]{Type: Deleted, Object: e.obj}, true)
+		case entryEvicted:
+			inf.applyDelete(e.key, Delta[T]{Type: Deleted, Tombstone: true}, true)
 		case entryReplace:
 			inf.applyReplace(e.list, initial)
 		case entryResync:
@@ -219,6 +221,7 @@ func (s fifoSyncWatch[K, T]) Replace(list []T, rv string) error {
 func (s fifoSyncWatch[K, T]) DeleteKeyOnly(obj T) error {
 	return s.after(s.inf.fifo.DeleteKeyOnly(obj))
 }
+func (s fifoSyncWatch[K, T]) Evict(obj T) error { return s.after(s.inf.fifo.Evict(obj)) }
 
 func (s fifoSyncWatch[K, T]) after(err error) error {
 	s.inf.checkFIFOSynced()

@@ -44,6 +44,10 @@ const (
 	// entryDeletedKeyOnly is a deletion whose object holds only the key;
 	// the informer delivers the state its cache held instead.
 	entryDeletedKeyOnly
+	// entryEvicted drops a key the source holds in a state the mirror
+	// cannot represent; the informer delivers a tombstone with the state
+	// its cache held.
+	entryEvicted
 	entryReplace
 	entryResync
 )
@@ -55,7 +59,7 @@ type inOrderEntry[K comparable, T any] struct {
 	// synced.
 	completesSync bool
 	// key and obj are a change's: an entry of a kind up to
-	// entryDeletedKeyOnly. list is a relist's, behind a pointer so that
+	// entryEvicted. list is a relist's, behind a pointer so that
 	// it does not make every change's entry larger.
 	key  K
 	obj  T
@@ -109,6 +113,7 @@ func newInOrderQueue[K comparable, T any](keyFunc KeyFunc[K, T], transform Trans
 var (
 	_ ReflectorStore[int] = (*inOrderQueue[int, int])(nil)
 	_ KeyOnlyDeleter[int] = (*inOrderQueue[int, int])(nil)
+	_ Evicter[int]        = (*inOrderQueue[int, int])(nil)
 	_ pageReplacer[int]   = (*inOrderQueue[int, int])(nil)
 )
 
@@ -130,6 +135,18 @@ func (q *inOrderQueue[K, T]) DeleteKeyOnly(obj T) error {
 		return err
 	}
 	q.push(inOrderEntry[K, T]{kind: entryDeletedKeyOnly, key: k, obj: obj})
+	return nil
+}
+
+// Evict queues the eviction of the key of obj, which holds only what
+// identifies it (see Evicter). Whether the key is known is decided when it
+// is applied.
+func (q *inOrderQueue[K, T]) Evict(obj T) error {
+	k, err := keyOf(q.keyFunc, obj)
+	if err != nil {
+		return err
+	}
+	q.push(inOrderEntry[K, T]{kind: entryEvicted, key: k})
 	return nil
 }
 

@@ -102,9 +102,16 @@ const (
 	// ResourceVersion; Object is the zero value.
 	EventBookmark
 	// EventError reports an object the source could not produce (a value
-	// that failed to decode). Err says which and why; Object is the zero
-	// value. The stream goes on: errors that end a stream come from
-	// Watcher.Next instead.
+	// that failed to decode). Err says which and why. The stream goes on:
+	// errors that end a stream come from Watcher.Next instead.
+	//
+	// If KeyOnly is set, Object identifies the object the error is about:
+	// the source still holds it, in a state the mirror cannot represent,
+	// so whatever the mirror held for it is out of date. The Reflector
+	// reports Err and evicts the object from its store (see Evicter):
+	// handlers learn of it as a deletion whose final state is unknown,
+	// never as an observed one. Otherwise Object is the zero value and
+	// the store is left as it is.
 	EventError
 )
 
@@ -145,7 +152,9 @@ type Event[T any] struct {
 	// DeleteKeyOnly if it has one (see KeyOnlyDeleter), and the
 	// informer's queues then deliver the last state the mirror applied
 	// instead, which, for a deletion seen by a watch that missed
-	// nothing, is the object's final state.
+	// nothing, is the object's final state. On an EventError, it says
+	// that Object identifies the object the mirror must drop (see
+	// EventError).
 	KeyOnly bool
 
 	// Err is the problem an EventError reports; nil for every other type.
@@ -184,6 +193,16 @@ var (
 	// connection refused, throttled). The Reflector pauses and watches
 	// again from the last version it saw, without relisting.
 	ErrUnavailable = errors.New("mirror: source unavailable")
+
+	// ErrPermanent means the source refuses to serve the mirror for a
+	// reason that retrying alone will not cure: the credentials are not
+	// allowed to read (HTTP 401 or 403, etcd's permission denied), or
+	// what is mirrored does not exist (HTTP 404 for a resource type). The
+	// Reflector still retries, with backoff, in case someone fixes the
+	// cause; an Informer that has not synced yet gives up waiting after a
+	// few such failures in a row and says why (see Informer.SyncErr and
+	// WaitForCacheSync).
+	ErrPermanent = errors.New("mirror: source refused permanently")
 )
 
 // ObjectError reports one object that a source could not produce, with the
@@ -241,4 +260,19 @@ type KeyOnlyDeleter[T any] interface {
 	// DeleteKeyOnly records that the object identified by obj left the
 	// source; obj need not hold its last state.
 	DeleteKeyOnly(obj T) error
+}
+
+// Evicter is implemented by a ReflectorStore that can drop an object it
+// can no longer represent, as DeltaFIFO does: the source still holds the
+// object but reported it as an EventError with KeyOnly set, typically a
+// value that fails to decode. The object leaves the store as a deletion
+// whose final state is unknown (a tombstone carrying the last state the
+// store knows), which consumers can tell from an observed deletion. The
+// Reflector calls Delete on a store that is not an Evicter. A store that
+// wraps another must implement it too and pass evictions on.
+type Evicter[T any] interface {
+	// Evict drops the object identified by obj, which need hold no more
+	// than what identifies it. An object the store does not know is
+	// ignored.
+	Evict(obj T) error
 }

@@ -140,6 +140,7 @@ type Reflector[T any] struct {
 	lw      ListWatcher[T]
 	store   ReflectorStore[T]
 	keyOnly KeyOnlyDeleter[T] // store, if it is one
+	evicter Evicter[T]        // store, if it is one
 	pages   pageReplacer[T]   // store, if it is one
 	opts    ReflectorOptions  // defaults filled in
 	logger  *slog.Logger
@@ -176,7 +177,20 @@ type Reflector[T any] struct {
 	// the Reflector down instead of making it relist in a tight loop.
 	expiredRelist   bool
 	eventsSinceList int64
+	// skipped are the objects the source could not produce that were
+	// reported, as of the last complete list and the watch events since:
+	// each state of each is reported once, not again on every relist.
+	skipped map[objectRef]struct{}
+	// listSkipped collects the objects the list in progress skipped.
+	listSkipped map[objectRef]struct{}
 }
+
+// objectRef names one state of an object that a source could not produce.
+type objectRef struct{ key, rv string }
+
+// maxSkipped bounds Reflector.skipped: a source that fails on more
+// objects than this between two lists gets some of them reported again.
+const maxSkipped = 10000
 
 // NewReflector returns a Reflector that mirrors lw into store. It does
 // nothing until Run.
@@ -226,6 +240,7 @@ func NewReflector[T any](lw ListWatcher[T], store ReflectorStore[T], opts Reflec
 		r.onError = func(err error) { logger.Warn("reflector error", "err", err) }
 	}
 	r.keyOnly, _ = store.(KeyOnlyDeleter[T])
+	r.evicter, _ = store.(Evicter[T])
 	r.pages, _ = store.(pageReplacer[T])
 	return r
 }
@@ -373,6 +388,31 @@ func (r *Reflector[T]) report(err error) {
 	r.reportMu.Lock()
 	defer r.reportMu.Unlock()
 	r.onError(err)
+}
+
+// reportSkipped reports err, about an object the source could not
+// produce, unless it is an *ObjectError for a state of an object reported
+// before, by a watch or by an earlier list: a relist meets a value that
+// does not decode again and again, and one report per value is enough.
+// listed, if not nil, collects the objects a list in progress skipped.
+func (r *Reflector[T]) reportSkipped(err error, listed map[objectRef]struct{}) {
+	var oe *ObjectError
+	if !errors.As(err, &oe) || oe.ResourceVersion == "" {
+		r.report(err)
+		return
+	}
+	ref := objectRef{oe.Key, oe.ResourceVersion}
+	if listed != nil {
+		listed[ref] = struct{}{}
+	}
+	if _, ok := r.skipped[ref]; ok {
+		return
+	}
+	if r.skipped == nil || len(r.skipped) >= maxSkipped {
+		r.skipped = make(map[objectRef]struct{})
+	}
+	r.skipped[ref] = struct{}{}
+	r.report(err)
 }
 
 // errorf formats an error that names the Reflector.

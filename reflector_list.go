@@ -76,6 +76,7 @@ func (r *Reflector[T]) list(ctx context.Context) error {
 // whether an error came from a page after the first.
 func (r *Reflector[T]) listPages(ctx context.Context, rv string, limit int64) (pages [][]T, n int, listRV string, midList bool, err error) {
 	opts := ListOptions{ResourceVersion: rv, Limit: limit}
+	r.listSkipped = make(map[objectRef]struct{})
 	for page := 1; ; page++ {
 		res, err := r.lw.List(ctx, opts)
 		if err != nil {
@@ -87,7 +88,7 @@ func (r *Reflector[T]) listPages(ctx context.Context, rv string, limit int64) (p
 		pages = append(pages, res.Items)
 		n += len(res.Items)
 		for _, skipped := range res.Skipped {
-			r.report(r.errorf("list at version %q: %w", listRV, skipped))
+			r.reportSkipped(r.errorf("list at version %q: %w", listRV, skipped), r.listSkipped)
 		}
 		if res.Continue == "" {
 			return pages, n, listRV, false, nil
@@ -109,6 +110,7 @@ func (r *Reflector[T]) streamList(ctx context.Context, rv string) (Watcher[T], e
 		return nil, r.streamFailed(rv, err)
 	}
 	r.stats.watches.Add(1)
+	r.listSkipped = make(map[objectRef]struct{})
 	var items []T
 	for {
 		ev, err := w.Next(ctx)
@@ -132,7 +134,9 @@ func (r *Reflector[T]) streamList(ctx context.Context, rv string) (Watcher[T], e
 				return w, nil
 			}
 		case EventError:
-			r.report(r.errorf("streaming list from version %q: %w", rv, eventErr(ev)))
+			// A streaming list holds only what it could produce; an
+			// object it could not is left out, as a List leaves it out.
+			r.reportSkipped(r.errorf("streaming list from version %q: %w", rv, eventErr(ev)), r.listSkipped)
 		default:
 			// Without a key function the Reflector cannot apply a change
 			// to the objects it gathered, and the initial state should not
@@ -190,6 +194,9 @@ func (r *Reflector[T]) replace(pages [][]T, n int, rv string) {
 	r.lastRV = rv
 	r.versionGone = false
 	r.mu.Unlock()
+	// The objects this list could not produce are, from now on, all
+	// there is to remember: the others were fixed or are gone.
+	r.skipped, r.listSkipped = r.listSkipped, nil
 	if r.stats.lists.Add(1) > 1 {
 		r.stats.relists.Add(1)
 	}

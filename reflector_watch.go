@@ -137,11 +137,16 @@ func (r *Reflector[T]) apply(ev Event[T]) {
 		}
 	case EventBookmark:
 	case EventError:
-		err = eventErr(ev)
+		if ev.KeyOnly {
+			err = r.evict(ev.Object)
+		}
 	default:
 		err = fmt.Errorf("unknown event type %v", ev.Type)
 	}
 	r.unlockStore()
+	if ev.Type == EventError {
+		r.reportSkipped(r.errorf("watch at version %q: %w", ev.ResourceVersion, eventErr(ev)), nil)
+	}
 	if err != nil {
 		r.report(r.errorf("%v event at version %q: %w", ev.Type, ev.ResourceVersion, err))
 	}
@@ -153,6 +158,15 @@ func (r *Reflector[T]) apply(ev Event[T]) {
 		r.lastRV = ev.ResourceVersion
 		r.mu.Unlock()
 	}
+}
+
+// evict drops the object obj identifies from the store: with Evict where
+// the store has it, or else with Delete, which is all a plain store needs.
+func (r *Reflector[T]) evict(obj T) error {
+	if r.evicter != nil {
+		return r.evicter.Evict(obj)
+	}
+	return r.store.Delete(obj)
 }
 
 // openWatch starts a watch from rv, with bookmarks and a random timeout in

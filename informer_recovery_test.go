@@ -1,0 +1,108 @@
+package mirror_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"testing/synctest"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/memsource"
+)
+
+// errUndecodable is what decodingSource reports for a value it cannot
+// produce.
+var errUndecodable = errors.New("undecodable value")
+
+// decodingSource is a source that cannot produce items with a negative
+// Val, as the etcd adapter cannot produce a value that fails to decode:
+// a list leaves them out and reports them as skipped, and a watch turns
+// their puts into EventError events naming the key (KeyOnly).
+type decodingSource struct{ *memsource.Source[item] }
+
+func (s decodingSource) List(ctx context.Context, opts mirror.ListOptions) (mirror.ListResult[item], error) {
+	res, err := s.Source.List(ctx, opts)
+	good := res.Items[:0:0]
+	for _, it := range res.Items {
+		if it.Val < 0 {
+			res.Skipped = append(res.Skipped, undecodable(it))
+			continue
+		}
+		good = append(good, it)
+	}
+	res.Items = good
+	return res, err
+}
+
+func (s decodingSource) Watch(ctx context.Context, opts mirror.WatchOptions) (mirror.Watcher[item], error) {
+	w, err := s.Source.Watch(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return decodingWatcher{w}, nil
+}
+
+type decodingWatcher struct{ mirror.Watcher[item] }
+
+func (w decodingWatcher) Next(ctx context.Context) (mirror.Event[item], error) {
+	ev, err := w.Watcher.Next(ctx)
+	if (ev.Type == mirror.EventAdded || ev.Type == mirror.EventModified) && ev.Object.Val < 0 {
+		ev = mirror.Event[item]{Type: mirror.EventError, Object: item{Name: ev.Object.Name}, KeyOnly: true,
+			ResourceVersion: ev.ResourceVersion, Err: undecodable(ev.Object)}
+	}
+	return ev, err
+}
+
+// undecodable is the error for it. Its ResourceVersion names the state
+// that failed, as the etcd adapter names it by the key's ModRevision; an
+// item's Val stands for that here.
+func undecodable(it item) *mirror.ObjectError {
+	return &mirror.ObjectError{Key: it.Name, ResourceVersion: strconv.Itoa(it.Val), Err: errUndecodable}
+}
+
+func TestInformer_UndecodableValueLeavesTheMirrorAsAnUnknownDeletion(t *testing.T) {
+	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
+		wrap := func(src *memsource.Source[item]) mirror.ListWatcher[item] { return decodingSource{src} }
+		f := newFixtureOver(t, kind, wrap, func(o *mirror.InformerOptions[string, item]) {
+			o.ResourceVersion = func(it item) string { return strconv.Itoa(it.Val) }
+		})
+		for _, n := range []string{"a", "b"} {
+			f.src.Put(item{Name: n, Val: 1})
+		}
+		rec := f.startRecording()
+
+		// a's new value cannot be produced: the mirror drops a, saying
+		// that its final state is unknown, for a is still there.
+		f.src.Put(item{Name: "a", Val: -1})
+		synctest.Wait()
+		assert.Equal(t, []string{"delete a=1 unknown=true"}, rendered(rec.take()))
+		assert.Equal(t, map[string]int{"b": 1}, f.cacheState())
+
+		// A good value brings it back.
+		f.src.Put(item{Name: "a", Val: 2})
+		synctest.Wait()
+		assert.Equal(t, []string{"add a=2 initial=false"}, rendered(rec.take()))
+
+		// The same through a relist: b turns bad while the watch is down.
+		f.missWhileDown(func() int64 { return f.src.Put(item{Name: "b", Val: -1}) })
+		assert.Equal(t, []string{"delete b=1 unknown=true"}, rendered(rec.take()))
+		assert.Equal(t, map[string]int{"a": 2}, f.cacheState())
+
+		// Another relist meets b's bad value again: nothing new.
+		f.missWhileDown(func() int64 { return f.src.Put(item{Name: "c", Val: 1}) })
+		assert.Equal(t, []string{"add c=1 initial=false"}, rendered(rec.take()))
+
+		var bad []string
+		for _, err := range f.errs.all() {
+			var oe *mirror.ObjectError
+			if errors.As(err, &oe) {
+				bad = append(bad, oe.Key)
+			}
+		}
+		assert.Equal(t, []string{"a", "b"}, bad, "each bad value reported once")
+		f.stop()
+	})
+}
