@@ -95,29 +95,7 @@ func tryStartCluster(t testing.TB, n int) (*cluster, error) {
 
 // start starts m from its data directory and waits until it serves.
 func (m *member) start() error {
-	cfg := embed.NewConfig()
-	cfg.Name = m.name
-	cfg.Dir = m.dir
-	cfg.ListenPeerUrls = []url.URL{m.peerURL}
-	cfg.AdvertisePeerUrls = []url.URL{m.peerURL}
-	cfg.ListenClientUrls = []url.URL{m.cliURL}
-	cfg.AdvertiseClientUrls = []url.URL{m.cliURL}
-	cfg.ListenMetricsUrls = nil
-	cfg.InitialCluster = m.initialCluster
-	cfg.InitialClusterToken = "mirror-test"
-	cfg.ClusterState = embed.ClusterStateFlagNew
-	if m.initialClustered {
-		cfg.ClusterState = embed.ClusterStateFlagExisting
-	}
-	// Short election timeouts let a member notice a lost leader quickly;
-	// not so short that a busy test machine loses its leader by accident.
-	cfg.TickMs = 50
-	cfg.ElectionMs = 500
-	cfg.UnsafeNoFsync = true
-	cfg.MaxTxnOps = 1024
-	cfg.Logger = "zap"
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-
+	cfg := memberConfig(m.name, m.dir, m.peerURL, m.cliURL, m.initialCluster, m.initialClustered)
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return err
@@ -137,6 +115,37 @@ func (m *member) start() error {
 	m.etcd, m.stop, m.initialClustered = e, stop, true
 	m.mu.Unlock()
 	return nil
+}
+
+// memberConfig is the configuration of every member the tests start, in
+// this process or in a child (see etcdproc_test.go): name, data directory
+// dir, peer and client URLs, the initial cluster ("name=peerURL,..."), and
+// whether the member joins a cluster that exists already (it started once
+// from dir before).
+func memberConfig(name, dir string, peer, cli url.URL, initialCluster string, existing bool) *embed.Config {
+	cfg := embed.NewConfig()
+	cfg.Name = name
+	cfg.Dir = dir
+	cfg.ListenPeerUrls = []url.URL{peer}
+	cfg.AdvertisePeerUrls = []url.URL{peer}
+	cfg.ListenClientUrls = []url.URL{cli}
+	cfg.AdvertiseClientUrls = []url.URL{cli}
+	cfg.ListenMetricsUrls = nil
+	cfg.InitialCluster = initialCluster
+	cfg.InitialClusterToken = "mirror-test"
+	cfg.ClusterState = embed.ClusterStateFlagNew
+	if existing {
+		cfg.ClusterState = embed.ClusterStateFlagExisting
+	}
+	// Short election timeouts let a member notice a lost leader quickly;
+	// not so short that a busy test machine loses its leader by accident.
+	cfg.TickMs = 50
+	cfg.ElectionMs = 500
+	cfg.UnsafeNoFsync = true
+	cfg.MaxTxnOps = 1024
+	cfg.Logger = "zap"
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	return cfg
 }
 
 // close stops m if it runs.
