@@ -63,6 +63,19 @@ type InformerOptions[K comparable, T any] struct {
 	// relisted object is delivered to every handler as an update.
 	ResourceVersion func(obj T) string
 
+	// SameObject, if set, reports whether two states of one key belong to
+	// the same object, as opposed to an object and another created under
+	// its key after it was deleted: etcd's CreateRevision, Kubernetes'
+	// UID. cached is the state the cache holds, incoming the new one.
+	// When a relist or a watch event brings a key whose incoming state is
+	// not the same object, handlers get OnDelete(cached, true) and then
+	// OnAdd(incoming), never an OnUpdate from one object to another:
+	// the first one's deletion was not seen, which happens when history
+	// was compacted while the watch was down. Without SameObject a key's
+	// states are all taken for one object. The adapters' constructors
+	// set it.
+	SameObject func(cached, incoming T) bool
+
 	// Reflector tunes listing and watching (page size, backoff, watch
 	// timeout, streaming lists). Its ResyncPeriod, ShouldResync,
 	// ErrorHandler and Logger are set by the informer.

@@ -24,6 +24,9 @@ type item struct {
 	Name  string
 	Group string
 	Val   int
+	// Gen tells apart objects created one after the other under one
+	// name, as etcd's CreateRevision or Kubernetes' UID do.
+	Gen int
 }
 
 func itemKey(it item) (string, error) {
