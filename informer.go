@@ -25,8 +25,16 @@ const (
 	DeltaFIFOQueue
 )
 
-// ErrStarted is returned by Informer.Run when the informer was run before.
-var ErrStarted = errors.New("mirror: informer already started")
+// Lifecycle errors of an Informer.
+var (
+	// ErrStarted is returned by Informer.Run when the informer was run
+	// before.
+	ErrStarted = errors.New("mirror: informer already started")
+
+	// ErrStopped is returned by Informer.AddEventHandler once Run's
+	// context has ended: the handler would never be called.
+	ErrStopped = errors.New("mirror: informer stopped")
+)
 
 // InformerOptions configures an Informer. KeyFunc is required; every
 // other field has a useful zero value.
@@ -62,6 +70,28 @@ type InformerOptions[K comparable, T any] struct {
 	// only to handlers due for a resync, like client-go; without it, every
 	// relisted object is delivered to every handler as an update.
 	ResourceVersion func(obj T) string
+
+	// SameObject, if set, reports whether two states of one key belong to
+	// the same object, as opposed to an object and another created under
+	// its key after it was deleted: etcd's CreateRevision, Kubernetes'
+	// UID. cached is the state the cache holds, incoming the new one.
+	// When a relist or a watch event brings a key whose incoming state is
+	// not the same object, handlers get OnDelete(cached, true) and then
+	// OnAdd(incoming), never an OnUpdate from one object to another:
+	// the first one's deletion was not seen, which happens when history
+	// was compacted while the watch was down. Without SameObject a key's
+	// states are all taken for one object. The adapters' constructors
+	// set it.
+	SameObject func(cached, incoming T) bool
+
+	// SyncFailureLimit is how many failures wrapping ErrPermanent the
+	// source may report before the informer's first sync, before the
+	// informer stops waiting for it: SyncErr then returns the last of
+	// them, the channel of SyncFailed closes, and WaitForCacheSync returns
+	// that error instead of waiting on. The Reflector keeps trying, with
+	// backoff, so the informer still syncs if the cause is fixed. Zero
+	// means 3; failures of other kinds never end the wait.
+	SyncFailureLimit int
 
 	// Reflector tunes listing and watching (page size, backoff, watch
 	// timeout, streaming lists). Its ResyncPeriod, ShouldResync,
@@ -102,6 +132,7 @@ type Informer[K comparable, T any] struct {
 	synced     atomic.Bool
 	syncedCh   chan struct{}
 	syncedOnce sync.Once
+	failure    syncFailure
 
 	started   atomic.Bool
 	reflector atomic.Pointer[Reflector[T]]
@@ -118,6 +149,9 @@ func NewInformer[K comparable, T any](lw ListWatcher[T], opts InformerOptions[K,
 	if opts.BatchSize <= 0 {
 		opts.BatchSize = 256
 	}
+	if opts.SyncFailureLimit <= 0 {
+		opts.SyncFailureLimit = defaultSyncFailureLimit
+	}
 	logger := opts.Logger
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -128,6 +162,7 @@ func NewInformer[K comparable, T any](lw ListWatcher[T], opts InformerOptions[K,
 		logger:   logger,
 		cache:    NewIndexer(opts.KeyFunc, opts.Indexers),
 		syncedCh: make(chan struct{}),
+		failure:  syncFailure{ch: make(chan struct{})},
 	}
 	inf.proc.report = inf.report
 	switch opts.Queue {
@@ -148,6 +183,9 @@ func NewInformer[K comparable, T any](lw ListWatcher[T], opts InformerOptions[K,
 }
 
 func (inf *Informer[K, T]) report(err error) {
+	if errors.Is(err, ErrPermanent) && !inf.synced.Load() {
+		inf.failure.count(err, inf.opts.SyncFailureLimit)
+	}
 	if inf.opts.ErrorHandler != nil {
 		inf.opts.ErrorHandler(err)
 		return
@@ -156,8 +194,8 @@ func (inf *Informer[K, T]) report(err error) {
 }
 
 // Run lists, watches and delivers until ctx ends, then returns nil once
-// every goroutine it started has stopped. An Informer runs once: a second
-// call returns ErrStarted.
+// every goroutine it started has stopped: no handler is called after Run
+// returns. An Informer runs once: a second call returns ErrStarted.
 func (inf *Informer[K, T]) Run(ctx context.Context) error {
 	if !inf.started.CompareAndSwap(false, true) {
 		return ErrStarted
@@ -184,6 +222,8 @@ func (inf *Informer[K, T]) Run(ctx context.Context) error {
 	wg.Go(func() { r.Run(ctx) })
 	wg.Go(func() { inf.applyLoop(ctx) })
 	<-ctx.Done()
+	// From here on no listener starts, so none can outlive Wait.
+	inf.proc.stop()
 	wg.Wait()
 	return nil
 }
@@ -204,14 +244,6 @@ func (inf *Informer[K, T]) minResyncPeriod() time.Duration {
 	}
 	return min
 }
-
-// HasSynced reports whether the cache holds the whole initial list (or
-// the informer has applied a change that came before any list). It never
-// goes back to false.
-func (inf *Informer[K, T]) HasSynced() bool { return inf.synced.Load() }
-
-// Synced returns a channel that is closed once HasSynced is true.
-func (inf *Informer[K, T]) Synced() <-chan struct{} { return inf.syncedCh }
 
 // LastSyncResourceVersion returns the resource version of the last list
 // or watch event the Reflector saw; empty before Run.

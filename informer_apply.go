@@ -147,6 +147,13 @@ func (inf *Informer[K, T]) applyDelta(key K, d Delta[T], initial bool) {
 			inf.report(err)
 			return
 		}
+		if existed && d.Type != Sync && inf.opts.SameObject != nil && !inf.opts.SameObject(old, d.Object) {
+			// The key now names another object: the one cached left
+			// the source unseen (deleted, then the key re-created), so
+			// an update from one to the other would be a lie.
+			inf.proc.distribute(notification[K, T]{kind: notifyDelete, key: key, obj: old, unknown: true}, false)
+			existed = false
+		}
 		if !existed {
 			inf.proc.distribute(notification[K, T]{kind: notifyAdd, key: key, obj: d.Object, initial: initial}, false)
 			return

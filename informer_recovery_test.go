@@ -106,3 +106,51 @@ func TestInformer_UndecodableValueLeavesTheMirrorAsAnUnknownDeletion(t *testing.
 		f.stop()
 	})
 }
+
+func sameGen(cached, incoming item) bool { return cached.Gen == incoming.Gen }
+
+func TestInformer_RecreatedKeyIsADeleteThenAnAddNeverAnUpdate(t *testing.T) {
+	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
+		f := newFixture(t, kind, func(o *mirror.InformerOptions[string, item]) {
+			o.SameObject = sameGen
+			o.ResourceVersion = func(it item) string { return strconv.Itoa(it.Val) }
+		})
+		for _, n := range []string{"kept", "changed", "recreated", "gone"} {
+			f.src.Put(item{Name: n, Val: 1, Gen: 1})
+		}
+		rec := f.startRecording()
+
+		// While the watch is down, recreated is deleted and created
+		// again, and the history that would tell is compacted away.
+		f.missWhileDown(func() int64 {
+			f.src.Put(item{Name: "changed", Val: 2, Gen: 1})
+			f.src.Delete("recreated")
+			f.src.Put(item{Name: "recreated", Val: 1, Gen: 2})
+			_, _ = f.src.Delete("gone")
+			return f.src.Revision()
+		})
+		evs := rec.take()
+		assert.Equal(t, []string{
+			"add recreated=1 initial=false", "delete gone=1 unknown=true",
+			"delete recreated=1 unknown=true", "update changed 1->2",
+		}, sorted(evs))
+		// The deletion comes before the addition.
+		var order []string
+		for _, e := range evs {
+			if e.Obj.Name == "recreated" {
+				order = append(order, e.Op+" gen "+strconv.Itoa(e.Obj.Gen))
+			}
+		}
+		assert.Equal(t, []string{"delete gen 1", "add gen 2"}, order)
+
+		// The same key re-created under the watch's eyes, as a source
+		// that merges history can report it: a modification that
+		// brings another object.
+		f.src.Put(item{Name: "kept", Val: 5, Gen: 7})
+		synctest.Wait()
+		assert.Equal(t, []string{"delete kept=1 unknown=true", "add kept=5 initial=false"}, rendered(rec.take()))
+		got, _ := f.inf.GetByKey("kept")
+		assert.Equal(t, 7, got.Gen)
+		f.stop()
+	})
+}

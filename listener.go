@@ -25,7 +25,8 @@ type listener[K comparable, T any] struct {
 	report       func(error)
 	upstream     func() bool // the informer has synced
 	resyncPeriod time.Duration
-	nextResync   time.Time // guarded by processor.mu
+	nextResync   time.Time   // guarded by processor.mu
+	started      atomic.Bool // run was started
 	maxBacklog   int
 
 	wake     chan struct{} // capacity 1: a pending wake-up
@@ -95,6 +96,18 @@ func (l *listener[K, T]) stop() {
 		l.own, l.order = seqQueue[ownNotification[K, T]]{}, seqQueue[K]{}
 		l.pending = nil
 	})
+}
+
+// waitStopped waits, after stop, until a handler call in progress has
+// returned, or ctx ends.
+func (l *listener[K, T]) waitStopped(ctx context.Context) {
+	if !l.started.Load() {
+		return
+	}
+	select {
+	case <-l.done:
+	case <-ctx.Done():
+	}
 }
 
 // follow makes the listener read f from the next notification appended

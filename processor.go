@@ -38,9 +38,11 @@ type processor[K comparable, T any] struct {
 	// Sync notifications of that resync go to them only.
 	syncing []*listener[K, T]
 
-	// ctx and wg are set by run; listeners added later start at once.
-	ctx context.Context
-	wg  *sync.WaitGroup
+	// ctx and wg are set by run; listeners added later start at once,
+	// until stop.
+	ctx     context.Context
+	wg      *sync.WaitGroup
+	stopped bool
 
 	// The rest belongs to the goroutine holding the informer's applyMu,
 	// which alone distributes and publishes; it publishes everything it
@@ -53,15 +55,30 @@ type processor[K comparable, T any] struct {
 	initial   int
 }
 
-// add registers l, starting its goroutine if the processor runs. l must
-// follow the feed already (see listener.follow).
-func (p *processor[K, T]) add(l *listener[K, T]) {
+// add registers l, starting its goroutine if the processor runs. setup,
+// called first, makes l follow the feed (see listener.follow) and queues
+// what it must see first. add returns ErrStopped, and calls nothing, once
+// stop was called.
+func (p *processor[K, T]) add(l *listener[K, T], setup func()) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.stopped {
+		return ErrStopped
+	}
+	setup()
 	p.listeners = append(p.listeners, l)
 	if p.ctx != nil {
 		p.startLocked(l)
 	}
+	return nil
+}
+
+// stop makes add refuse listeners from now on, so that the WaitGroup run
+// was given can be waited on: no goroutine starts after stop returns.
+func (p *processor[K, T]) stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stopped = true
 }
 
 // remove unregisters l and stops its goroutine; pending notifications are
@@ -101,6 +118,7 @@ func (p *processor[K, T]) run(ctx context.Context, wg *sync.WaitGroup) {
 }
 
 func (p *processor[K, T]) startLocked(l *listener[K, T]) {
+	l.started.Store(true)
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()

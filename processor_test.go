@@ -68,8 +68,9 @@ type testListener struct {
 func newTestListener(maxBacklog int) *testListener {
 	p := &processor[string, string]{report: func(error) {}}
 	l := newListener[string, string](nil, 0, maxBacklog, func(error) {}, func() bool { return true })
-	l.follow(&p.feed)
-	p.add(l)
+	if err := p.add(l, func() { l.follow(&p.feed) }); err != nil {
+		panic(err) // a processor that was never run is never stopped
+	}
 	return &testListener{p: p, l: l}
 }
 
@@ -160,8 +161,7 @@ func TestListener_CollapsesOnlyPastMaxBacklog(t *testing.T) {
 func TestListener_OwnNotificationsKeepTheirPlaceAmongTheFeeds(t *testing.T) {
 	tl := newTestListener(0)
 	other := newListener[string, string](nil, 0, 0, func(error) {}, func() bool { return true })
-	other.follow(&tl.p.feed)
-	tl.p.add(other)
+	require.NoError(t, tl.p.add(other, func() { other.follow(&tl.p.feed) }))
 	tl.p.syncing = []*listener[string, string]{tl.l} // due for a resync; other is not
 
 	tl.p.distribute(n("add:1"), false)
@@ -222,8 +222,8 @@ func FuzzProcessor(f *testing.F) {
 		models := make([][]want, listeners)
 		for i := range ls {
 			ls[i] = newListener[string, string](nil, 0, 0, func(error) {}, func() bool { return true })
-			ls[i].follow(&p.feed)
-			p.add(ls[i])
+			l := ls[i]
+			require.NoError(t, p.add(l, func() { l.follow(&p.feed) }))
 		}
 		next := 0
 		for _, op := range ops {

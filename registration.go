@@ -8,12 +8,14 @@ import (
 
 // Registration is a handler's registration with an Informer.
 type Registration struct {
-	l interface {
+	owner any // the *Informer it belongs to
+	l     interface {
 		hasSynced() bool
 		syncedChan() <-chan struct{}
 		backlog() int
 	}
-	remove func(ctx context.Context, wait bool) error
+	failure *syncFailure
+	remove  func(ctx context.Context, wait bool)
 }
 
 // HasSynced reports whether the informer has synced and this handler has
@@ -23,6 +25,14 @@ func (r *Registration) HasSynced() bool { return r.l.hasSynced() }
 
 // Synced returns a channel that is closed once HasSynced is true.
 func (r *Registration) Synced() <-chan struct{} { return r.l.syncedChan() }
+
+// SyncFailed returns a channel that is closed once the informer has
+// stopped waiting for its first sync (see Informer.SyncFailed).
+func (r *Registration) SyncFailed() <-chan struct{} { return r.failure.ch }
+
+// SyncErr returns why the informer stopped waiting for its first sync, or
+// nil (see Informer.SyncErr).
+func (r *Registration) SyncErr() error { return r.failure.get() }
 
 // Backlog returns the number of notifications waiting for the handler.
 func (r *Registration) Backlog() int { return r.l.backlog() }
@@ -36,9 +46,10 @@ func (l *listener[K, T]) syncedChan() <-chan struct{} {
 	return l.syncedCh
 }
 
-// AddEventHandler registers h. It may be called before or after Run. A
-// handler added to a running informer first receives every cached object
-// as OnAdd(obj, true), then every later change.
+// AddEventHandler registers h. It may be called before Run or while Run
+// runs. A handler added to a running informer first receives every cached
+// object as OnAdd(obj, true), then every later change. Once Run's context
+// has ended it returns ErrStopped.
 func (inf *Informer[K, T]) AddEventHandler(h Handler[T], opts HandlerOptions) (*Registration, error) {
 	if h == nil {
 		return nil, errors.New("mirror: AddEventHandler with a nil handler")
@@ -63,60 +74,51 @@ func (inf *Informer[K, T]) AddEventHandler(h Handler[T], opts HandlerOptions) (*
 	l.nextResync = time.Now().Add(period)
 
 	inf.applyMu.Lock()
-	l.follow(&inf.proc.feed)
-	if inf.started.Load() {
-		for k, obj := range inf.cache.All() {
-			l.pushOwn(notification[K, T]{kind: notifyAdd, key: k, obj: obj, initial: true}, l.pos.seq)
+	err := inf.proc.add(l, func() {
+		l.follow(&inf.proc.feed)
+		if inf.started.Load() {
+			for k, obj := range inf.cache.All() {
+				l.pushOwn(notification[K, T]{kind: notifyAdd, key: k, obj: obj, initial: true}, l.pos.seq)
+			}
 		}
-	}
-	inf.proc.add(l)
+	})
 	inf.applyMu.Unlock()
-
-	reg := &Registration{l: l}
-	reg.remove = func(ctx context.Context, wait bool) error {
-		if !inf.proc.remove(l) {
-			return errors.New("mirror: handler not registered")
-		}
-		if !wait || !inf.started.Load() {
-			return nil
-		}
-		select {
-		case <-l.done:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
+	if err != nil {
+		return nil, err
+	}
+	reg := &Registration{owner: inf, l: l, failure: &inf.failure}
+	reg.remove = func(ctx context.Context, wait bool) {
+		if inf.proc.remove(l) && wait {
+			l.waitStopped(ctx)
 		}
 	}
 	return reg, nil
 }
 
-// RemoveEventHandler unregisters a handler. Its pending notifications are
-// dropped; a call in progress finishes on its own.
+// errForeignRegistration is returned for a Registration that is not the
+// receiver's.
+var errForeignRegistration = errors.New("mirror: registration of another informer")
+
+// RemoveEventHandler unregisters the handler of r, a registration with
+// inf. Its pending notifications are dropped; a call in progress finishes
+// on its own. Removing a handler again does nothing.
 func (inf *Informer[K, T]) RemoveEventHandler(r *Registration) error {
-	return r.remove(context.Background(), false)
+	return inf.removeEventHandler(context.Background(), r, false)
 }
 
-// RemoveEventHandlerAndWait unregisters a handler and waits until a call
-// in progress has returned, or ctx ends.
+// RemoveEventHandlerAndWait is RemoveEventHandler that also waits until a
+// call in progress has returned, or ctx ends (then it returns ctx.Err()).
 func (inf *Informer[K, T]) RemoveEventHandlerAndWait(ctx context.Context, r *Registration) error {
-	return r.remove(ctx, true)
+	return inf.removeEventHandler(ctx, r, true)
 }
 
-// Syncer is anything with a channel that closes once it has synced:
-// an Informer or a Registration.
-type Syncer interface {
-	Synced() <-chan struct{}
-}
-
-// WaitForCacheSync waits until every syncer has synced, or ctx ends (then
-// it returns ctx.Err()).
-func WaitForCacheSync(ctx context.Context, syncers ...Syncer) error {
-	for _, s := range syncers {
-		select {
-		case <-s.Synced():
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+func (inf *Informer[K, T]) removeEventHandler(ctx context.Context, r *Registration, wait bool) error {
+	if r == nil || r.owner != any(inf) {
+		return errForeignRegistration
+	}
+	r.remove(ctx, wait)
+	if wait {
+		return ctx.Err()
 	}
 	return nil
 }
