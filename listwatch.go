@@ -63,6 +63,36 @@ type ListResult[T any] struct {
 	Skipped []error
 }
 
+// ChunkLister is implemented by a ListWatcher that can read a whole list
+// in one call and hand it over in chunks as it reads them, as etcd's
+// RangeStream does. The Reflector prefers it to List: a list read this way
+// holds no state between calls (a paged list abandoned halfway leaves
+// nothing behind either way, but a source that kept a stream open behind a
+// continue token could not know it was abandoned), and the source can read
+// ahead while the Reflector hands a chunk to its store.
+type ChunkLister[T any] interface {
+	// ListChunks reads every object at one version and calls chunk with
+	// them, a part at a time and in order, on the goroutine that called
+	// ListChunks. Every chunk's ResourceVersion is the version of the whole
+	// list, the same on every chunk; Continue is empty. chunk is called at
+	// least once, with no Items for an empty list, so that the version is
+	// known. The Items of a chunk belong to chunk, as ListResult.Items
+	// belong to List's caller.
+	//
+	// opts.ResourceVersion chooses the version as it does for List;
+	// opts.Limit, if positive, is the most objects a chunk should hold,
+	// which a source may ignore; opts.Continue must be empty.
+	//
+	// ListChunks returns nil once the last chunk has been handed over. An
+	// error that chunk returns stops the list and is returned as it is.
+	// Any other error ends the list where it is, classified as List's
+	// errors are: the chunks handed over so far are then not a whole list.
+	// A source that cannot list this way returns an error wrapping
+	// errors.ErrUnsupported before it calls chunk; the Reflector then uses
+	// List.
+	ListChunks(ctx context.Context, opts ListOptions, chunk func(ListResult[T]) error) error
+}
+
 // WatchOptions says where a watch starts and how it behaves.
 type WatchOptions struct {
 	// ResourceVersion is the version after which changes are reported.

@@ -3,17 +3,20 @@
 // the prefix.
 //
 // The adapter reads through the caller's *clientv3.Client, so endpoints, TLS,
-// authentication and namespacing stay the caller's. It lists in pages pinned
-// to one revision, watches from the revision after the list, maps compaction
-// to mirror.ErrExpired (the Reflector then relists, and the queue turns the
-// keys deleted meanwhile into tombstones), and reports a value that fails to
-// decode without losing the rest of the prefix.
+// authentication and namespacing stay the caller's. It lists at one
+// revision, through etcd's RangeStream where the server offers it (see
+// ListChunks) and in pages otherwise, watches from the revision after the
+// list, maps compaction to mirror.ErrExpired (the Reflector then relists,
+// and the queue turns the keys deleted meanwhile into tombstones), and
+// reports a value that fails to decode without losing the rest of the
+// prefix.
 package etcd
 
 import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/listwatch/mirror"
@@ -53,9 +56,10 @@ type DecodeFunc[T any] func(key string, value []byte) (T, error)
 
 // Options tunes a ListWatcher. The zero value is ready to use.
 type Options struct {
-	// RequestTimeout bounds each read of a list page and the start of each
-	// watch, so that a member that accepts a connection but never answers
-	// yields mirror.ErrUnavailable instead of a hang. Zero means 30
+	// RequestTimeout bounds each read of a list page, the wait for each
+	// chunk of a list read by ListChunks (not the whole list), and the
+	// start of each watch, so that a member that accepts a connection but
+	// never answers yields mirror.ErrUnavailable instead of a hang. Zero means 30
 	// seconds; a negative value means no bound other than the caller's
 	// context.
 	RequestTimeout time.Duration
@@ -118,6 +122,9 @@ type ListWatcher[T any] struct {
 	start, end string
 	decode     DecodeFunc[T]
 	opts       Options
+	// noStream is set once the server answered that it does not offer
+	// RangeStream: ListChunks pages from then on.
+	noStream atomic.Bool
 }
 
 // New returns a ListWatcher of the raw values under prefix, read through c.
