@@ -64,7 +64,9 @@ func TestMain(m *testing.M) {
 	if cfg := os.Getenv(childEnv); cfg != "" {
 		os.Exit(runChildMember(cfg))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	stopBenchEtcd()
+	os.Exit(code)
 }
 
 // childConfig is what a child needs to run its member: memberConfig's
