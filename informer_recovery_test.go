@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 
@@ -151,6 +152,25 @@ func TestInformer_RecreatedKeyIsADeleteThenAnAddNeverAnUpdate(t *testing.T) {
 		assert.Equal(t, []string{"delete kept=1 unknown=true", "add kept=5 initial=false"}, rendered(rec.take()))
 		got, _ := f.inf.GetByKey("kept")
 		assert.Equal(t, 7, got.Gen)
+		f.stop()
+	})
+}
+
+func TestInformer_FreshnessFollowsTheSource(t *testing.T) {
+	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
+		f := newFixture(t, kind, nil)
+		assert.Zero(t, f.inf.Freshness())
+		f.src.Put(item{Name: "a", Val: 1})
+		f.startRecording()
+		listed := time.Now()
+		assert.Equal(t, mirror.Freshness{ResourceVersion: strconv.FormatInt(f.src.Revision(), 10), ConfirmedAt: listed},
+			f.inf.Freshness())
+
+		time.Sleep(time.Minute)
+		f.src.Bookmark()
+		synctest.Wait()
+		assert.Equal(t, mirror.Freshness{ResourceVersion: strconv.FormatInt(f.src.Revision(), 10), ConfirmedAt: time.Now()},
+			f.inf.Freshness())
 		f.stop()
 	})
 }
