@@ -80,7 +80,25 @@ type DeltaFIFO[K comparable, T any] struct {
 	transform    TransformFunc[T]
 	replaceEpoch uint64 // numbers Replace calls, see pending.listedIn
 
+	// listing is the list an informer's Reflector is handing over in
+	// chunks (see listApplier).
+	listing fifoListing[T]
+
 	batch []QueuedDeltas[K, T] // PopBatch's buffer, reused under the lock
+}
+
+// fifoListing is a list that a DeltaFIFO takes chunk by chunk.
+type fifoListing[T any] struct {
+	active bool
+	// streaming is set if the queue and KnownObjects were both empty when
+	// the list began: each chunk is then queued as it comes, so that the
+	// consumer can move it to its cache while the rest is read. Such a
+	// list can make no tombstone (nothing was known or queued that it
+	// could find gone), so it needs no record of the keys it listed once
+	// they are popped. Otherwise the chunks are kept and applied by one
+	// Replace at the end.
+	streaming bool
+	chunks    [][]T
 }
 
 type pending[T any] struct {
@@ -297,41 +315,31 @@ func (f *DeltaFIFO[K, T]) requeueLocked(key K, deltas Deltas[T]) {
 // no tombstone: it is still at the source. Replace applies everything
 // else and returns the failures joined.
 func (f *DeltaFIFO[K, T]) Replace(list []T, _ string) error {
-	var errs []error
-	var failed map[K]struct{} // listed keys whose transform failed; rare
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	return f.replaceLocked([][]T{list})
+}
+
+// replaceLocked is Replace of the list made of chunks.
+func (f *DeltaFIFO[K, T]) replaceLocked(chunks [][]T) error {
+	var errs []error
+	var failed map[K]struct{} // listed keys whose transform failed; rare
 	f.replaceEpoch++
 	epoch := f.replaceEpoch
-	f.q.reserve(len(list))
-	for _, obj := range list {
-		key, err := keyOf(f.keyFunc, obj)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if obj, err = f.transformLocked(key, obj); err != nil {
-			errs = append(errs, err)
-			if p, queued := f.q.find(key); queued {
-				p.listedIn = epoch
-			} else {
-				if failed == nil {
-					failed = make(map[K]struct{})
-				}
-				failed[key] = struct{}{}
+	n := 0
+	for _, c := range chunks {
+		n += len(c)
+	}
+	f.q.reserve(n)
+	for _, c := range chunks {
+		for _, obj := range c {
+			if err := f.listedLocked(obj, epoch, &failed); err != nil {
+				errs = append(errs, err)
 			}
-			continue
-		}
-		f.queueLocked(key, Delta[T]{Type: f.listedType, Object: obj}, listRoom).listedIn = epoch
-	}
-
-	for _, p := range f.q.all() {
-		if p.listedIn != epoch {
-			last := p.deltas[len(p.deltas)-1]
-			p.deltas = appendDelta(p.deltas, Delta[T]{Type: Deleted, Object: last.Object, Tombstone: true})
 		}
 	}
 
+	f.tombstoneUnlistedLocked(epoch)
 	if f.known != nil {
 		for key, obj := range f.known.All() {
 			if _, queued := f.q.find(key); queued {
@@ -349,6 +357,109 @@ func (f *DeltaFIFO[K, T]) Replace(list []T, _ string) error {
 	// so the initial list is the whole queue.
 	f.initial.replacedLocked(f.q.len())
 	return errors.Join(errs...)
+}
+
+// listedLocked queues the listed delta of obj for the relist numbered
+// epoch. A key whose transform fails counts as listed: it is marked so if
+// it is queued, and added to *failed otherwise.
+func (f *DeltaFIFO[K, T]) listedLocked(obj T, epoch uint64, failed *map[K]struct{}) error {
+	key, err := keyOf(f.keyFunc, obj)
+	if err != nil {
+		return err
+	}
+	if obj, err = f.transformLocked(key, obj); err != nil {
+		if p, queued := f.q.find(key); queued {
+			p.listedIn = epoch
+		} else {
+			if *failed == nil {
+				*failed = make(map[K]struct{})
+			}
+			(*failed)[key] = struct{}{}
+		}
+		return err
+	}
+	f.queueLocked(key, Delta[T]{Type: f.listedType, Object: obj}, listRoom).listedIn = epoch
+	return nil
+}
+
+// tombstoneUnlistedLocked appends a tombstone to every queued key that
+// the relist numbered epoch did not list.
+func (f *DeltaFIFO[K, T]) tombstoneUnlistedLocked(epoch uint64) {
+	for _, p := range f.q.all() {
+		if p.listedIn != epoch {
+			last := p.deltas[len(p.deltas)-1]
+			p.deltas = appendDelta(p.deltas, Delta[T]{Type: Deleted, Object: last.Object, Tombstone: true})
+		}
+	}
+}
+
+// listChunk takes the next chunk of a list from an informer's Reflector
+// (see listApplier). The first chunk of a list decides how the list is
+// taken (see fifoListing): a streaming list queues the chunk now, as
+// Replace would queue its objects; any other keeps it for listDone.
+func (f *DeltaFIFO[K, T]) listChunk(items []T) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l := &f.listing
+	if !l.active {
+		*l = fifoListing[T]{active: true, streaming: f.q.len() == 0 && !f.knowsAnyLocked()}
+		if l.streaming {
+			f.replaceEpoch++
+		}
+	}
+	if !l.streaming {
+		l.chunks = append(l.chunks, items)
+		return nil
+	}
+	var errs []error
+	var failed map[K]struct{} // unused: a streaming list makes no tombstones
+	queued := f.q.len()
+	f.q.reserve(queued + len(items))
+	for _, obj := range items {
+		if err := f.listedLocked(obj, f.replaceEpoch, &failed); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	// Until the list is done, its keys are the initial list's so far.
+	f.initial.listedLocked(f.q.len() - queued)
+	return errors.Join(errs...)
+}
+
+// listDone completes the list whose chunks listChunk took: as Replace of
+// the whole list would, but a streaming list has queued its objects
+// already and has no tombstone to make (but for keys queued meanwhile by
+// something other than the list, which a Reflector does not do).
+func (f *DeltaFIFO[K, T]) listDone() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l := f.listing
+	f.listing = fifoListing[T]{}
+	if !l.streaming {
+		return f.replaceLocked(l.chunks)
+	}
+	f.tombstoneUnlistedLocked(f.replaceEpoch)
+	f.initial.populateLocked()
+	return nil
+}
+
+// listFailed ends the list listChunk was taking without completing it. A
+// streaming list leaves what it queued: its keys are still at the source
+// as of the list's version, and the next list corrects the rest.
+func (f *DeltaFIFO[K, T]) listFailed() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.listing = fifoListing[T]{}
+}
+
+// knowsAnyLocked reports whether KnownObjects holds any object.
+func (f *DeltaFIFO[K, T]) knowsAnyLocked() bool {
+	if f.known == nil {
+		return false
+	}
+	for range f.known.All() {
+		return true
+	}
+	return false
 }
 
 // Resync queues a Sync delta, carrying the known object, for every key in

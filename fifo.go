@@ -337,6 +337,15 @@ func (s *initialList) replacedLocked(queued int) {
 	}
 }
 
+// listedLocked records that a first list taken chunk by chunk queued n
+// keys: until the list is done (populateLocked), they are the initial
+// list so far.
+func (s *initialList) listedLocked(n int) {
+	if !s.populated {
+		s.left += n
+	}
+}
+
 // poppedLocked records that a key was taken from the queue and returns
 // whether it belonged to the initial list, judged before this pop.
 func (s *initialList) poppedLocked() (isInInitialList bool) {

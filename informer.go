@@ -123,6 +123,9 @@ type Informer[K comparable, T any] struct {
 	proc    processor[K, T]
 	inOrder *inOrderQueue[K, T] // one of inOrder
 	fifo    *DeltaFIFO[K, T]    // and fifo
+	// listing is the list the in-order queue is handing over in chunks;
+	// only the goroutine applying the queue's entries uses it.
+	listing *listing[K, T]
 
 	// applyMu is held while popped entries are applied to the cache and
 	// distributed, and while a late handler's replay is taken, so that a

@@ -82,8 +82,14 @@ func (inf *Informer[K, T]) applyEntries(batch []inOrderEntry[K, T]) {
 			inf.applyDelete(e.key, Delta[T]{Type: Deleted, Object: e.obj}, true)
 		case entryEvicted:
 			inf.applyDelete(e.key, Delta[T]{Type: Deleted, Tombstone: true}, true)
-		case entryReplace:
-			inf.applyReplace(e.list, initial)
+		case entryListChunk:
+			inf.applyListPart(e.part, e.initialList)
+		case entryListEnd:
+			inf.applyListEnd(initial)
+		case entryListAbort:
+			// What a direct list applied stays: the next list, read at
+			// a version no older, corrects it (see listApplier).
+			inf.listing = nil
 		case entryResync:
 			for k, obj := range inf.cache.All() {
 				inf.proc.distribute(notification[K, T]{kind: notifyUpdate, key: k, old: obj, obj: obj}, true)
@@ -99,6 +105,50 @@ func (inf *Informer[K, T]) applyEntries(batch []inOrderEntry[K, T]) {
 	inf.proc.publish()
 }
 
+// listing is the list whose chunks the in-order queue is handing over.
+type listing[K comparable, T any] struct {
+	// direct is set if the cache was empty when the list began: its
+	// chunks are applied as they come, since nothing is cached that the
+	// list could find gone, and nothing else is queued between the
+	// chunks of a list, so the result is the one-step relist's. The
+	// list and the cache it fills are then never both held whole.
+	direct bool
+	// staged are the chunks of any other list, applied as one step at
+	// its end.
+	staged relist[K, T]
+}
+
+// applyListPart applies or stages the next chunk of the list in
+// progress. initialList says whether the list will complete the sync.
+func (inf *Informer[K, T]) applyListPart(part *listPart[K, T], initialList bool) {
+	l := inf.listing
+	if l == nil {
+		l = &listing[K, T]{direct: inf.cache.Len() == 0}
+		inf.listing = l
+	}
+	if !l.direct {
+		l.staged.add(part)
+		return
+	}
+	initial := initialList && !inf.synced.Load()
+	for k, obj := range part.all() {
+		inf.applyDelta(k, Delta[T]{Type: Replaced, Object: obj}, initial)
+	}
+}
+
+// applyListEnd completes the list in progress: a staged list is applied
+// as one step, a direct one is already applied.
+func (inf *Informer[K, T]) applyListEnd(initial bool) {
+	l := inf.listing
+	inf.listing = nil
+	if l == nil {
+		l = &listing[K, T]{} // an empty list
+	}
+	if !l.direct {
+		inf.applyReplace(&l.staged, initial)
+	}
+}
+
 // applyReplace applies a relist as one step: deletes for every cached key
 // it does not list, then adds and updates.
 func (inf *Informer[K, T]) applyReplace(list *relist[K, T], initial bool) {
@@ -107,7 +157,7 @@ func (inf *Informer[K, T]) applyReplace(list *relist[K, T], initial bool) {
 	}
 	// What is left are listed keys: make room for the whole list at once
 	// rather than growing the cache step by step as it fills.
-	inf.cache.reserve(list.len())
+	inf.cache.reserve(list.n)
 	for k, obj := range list.all() {
 		inf.applyDelta(k, Delta[T]{Type: Replaced, Object: obj}, initial)
 	}
@@ -116,12 +166,14 @@ func (inf *Informer[K, T]) applyReplace(list *relist[K, T], initial bool) {
 // deleteUnlisted deletes every cached key that list lacks and tells the
 // handlers that its final state is unknown.
 func (inf *Informer[K, T]) deleteUnlisted(list *relist[K, T]) {
-	listed := make(map[K]struct{}, list.len()+len(list.kept))
+	listed := make(map[K]struct{}, list.n)
 	for k := range list.all() {
 		listed[k] = struct{}{}
 	}
-	for _, k := range list.kept {
-		listed[k] = struct{}{}
+	for _, p := range list.parts {
+		for _, k := range p.kept {
+			listed[k] = struct{}{}
+		}
 	}
 	var gone []K
 	for k := range inf.cache.All() {
@@ -224,6 +276,12 @@ func (s fifoSyncWatch[K, T]) Resync() error { return s.inf.fifo.Resync() }
 func (s fifoSyncWatch[K, T]) Replace(list []T, rv string) error {
 	return s.after(s.inf.fifo.Replace(list, rv))
 }
+
+func (s fifoSyncWatch[K, T]) listChunk(items []T) error { return s.inf.fifo.listChunk(items) }
+
+func (s fifoSyncWatch[K, T]) listDone(string) error { return s.after(s.inf.fifo.listDone()) }
+
+func (s fifoSyncWatch[K, T]) listFailed() { s.inf.fifo.listFailed() }
 
 func (s fifoSyncWatch[K, T]) DeleteKeyOnly(obj T) error {
 	return s.after(s.inf.fifo.DeleteKeyOnly(obj))

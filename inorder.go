@@ -48,34 +48,42 @@ const (
 	// cannot represent; the informer delivers a tombstone with the state
 	// its cache held.
 	entryEvicted
-	entryReplace
+	// entryListChunk is a chunk of a list, entryListEnd completes the
+	// list its chunks make, entryListAbort abandons it (see listApplier).
+	entryListChunk
+	entryListEnd
+	entryListAbort
 	entryResync
 )
 
-// inOrderEntry is one queued change, relist or resync.
+// inOrderEntry is one queued change, list chunk, list end or abort, or
+// resync.
 type inOrderEntry[K comparable, T any] struct {
 	kind entryKind
 	// completesSync marks the entry whose application makes the informer
 	// synced.
 	completesSync bool
+	// initialList marks the chunks of a list that, if it completes, will
+	// complete the sync: their objects are the initial list's.
+	initialList bool
 	// key and obj are a change's: an entry of a kind up to
-	// entryEvicted. list is a relist's, behind a pointer so that
-	// it does not make every change's entry larger.
+	// entryEvicted. part is a list chunk's, behind a pointer so that it
+	// does not make every change's entry larger.
 	key  K
 	obj  T
-	list *relist[K, T]
+	part *listPart[K, T]
 }
 
-// relist is the list a relist entry applies: the objects as the source
-// listed them, in pages, with their keys. Keeping the source's pages, and
-// the keys beside them rather than in (key, object) pairs, spares copying
-// every object of a list once more.
-type relist[K comparable, T any] struct {
-	// pages hold the objects, transformed if the queue transforms them.
-	pages [][]T
-	// keys[i] is the key of the i-th object of pages, unless skip lists
-	// i: the key or the transform of the objects skip lists, in increasing
-	// order, failed, and they are left out.
+// listPart is one chunk of a list as the queue prepared it: the objects
+// as the source listed them, with their keys beside them. Keeping the
+// source's slice, and the keys beside it rather than in (key, object)
+// pairs, spares copying every object of a list once more.
+type listPart[K comparable, T any] struct {
+	// objs are the objects, transformed if the queue transforms them.
+	objs []T
+	// keys[i] is the key of objs[i], unless skip lists i: the key or the
+	// transform of the objects skip lists, in increasing order, failed,
+	// and they are left out.
 	keys []K
 	skip []int
 	// kept are the keys of the listed objects whose transform failed: the
@@ -84,21 +92,44 @@ type relist[K comparable, T any] struct {
 	kept []K
 }
 
-// len returns the number of objects l applies.
-func (l *relist[K, T]) len() int { return len(l.keys) - len(l.skip) }
+// len returns the number of objects c applies.
+func (c *listPart[K, T]) len() int { return len(c.keys) - len(c.skip) }
+
+// all yields every key and object that c applies, in list order.
+func (c *listPart[K, T]) all() iter.Seq2[K, T] {
+	return func(yield func(K, T) bool) {
+		skip := c.skip
+		for i, obj := range c.objs {
+			if len(skip) > 0 && skip[0] == i {
+				skip = skip[1:]
+			} else if !yield(c.keys[i], obj) {
+				return
+			}
+		}
+	}
+}
+
+// relist is a whole list that the informer applies as one step: its
+// chunks, in order.
+type relist[K comparable, T any] struct {
+	parts []*listPart[K, T]
+	n     int // objects the parts apply
+}
+
+// add appends the next chunk.
+func (l *relist[K, T]) add(c *listPart[K, T]) {
+	l.parts = append(l.parts, c)
+	l.n += c.len()
+}
 
 // all yields every key and object that l applies, in list order.
 func (l *relist[K, T]) all() iter.Seq2[K, T] {
 	return func(yield func(K, T) bool) {
-		i, skip := 0, l.skip
-		for _, p := range l.pages {
-			for _, obj := range p {
-				if len(skip) > 0 && skip[0] == i {
-					skip = skip[1:]
-				} else if !yield(l.keys[i], obj) {
+		for _, c := range l.parts {
+			for k, obj := range c.all() {
+				if !yield(k, obj) {
 					return
 				}
-				i++
 			}
 		}
 	}
@@ -114,7 +145,7 @@ var (
 	_ ReflectorStore[int] = (*inOrderQueue[int, int])(nil)
 	_ KeyOnlyDeleter[int] = (*inOrderQueue[int, int])(nil)
 	_ Evicter[int]        = (*inOrderQueue[int, int])(nil)
-	_ pageReplacer[int]   = (*inOrderQueue[int, int])(nil)
+	_ listApplier[int]    = (*inOrderQueue[int, int])(nil)
 )
 
 // Add queues an addition.
@@ -183,46 +214,55 @@ func (q *inOrderQueue[K, T]) queueChange(kind entryKind, obj T) error {
 	return nil
 }
 
-// Replace queues the whole list as one entry. Objects whose key or
-// transform fails are left out and reported; the rest are queued. The
-// cached state of a key whose object failed its transform is kept.
-func (q *inOrderQueue[K, T]) Replace(list []T, _ string) error {
-	return q.replacePages([][]T{list}, len(list))
+// Replace queues the whole list: one chunk, then its end. Objects whose
+// key or transform fails are left out and reported; the rest are queued.
+// The cached state of a key whose object failed its transform is kept.
+func (q *inOrderQueue[K, T]) Replace(list []T, rv string) error {
+	err := q.listChunk(list)
+	return errors.Join(err, q.listDone(rv))
 }
 
-// replacePages is Replace with the list in pages holding n objects in all
-// (see pageReplacer). It keeps the pages, which it does not change.
-func (q *inOrderQueue[K, T]) replacePages(pages [][]T, n int) error {
-	l := &relist[K, T]{pages: pages, keys: make([]K, n)}
-	var out []T
+// listChunk queues the next chunk of a list (see listApplier) with its
+// keys, computed here, on the producer's goroutine, rather than when the
+// consumer applies it. Objects whose key or transform fails are left out
+// and reported. It keeps items, which it does not change.
+func (q *inOrderQueue[K, T]) listChunk(items []T) error {
+	c := &listPart[K, T]{objs: items, keys: make([]K, len(items))}
 	if q.transform != nil {
-		out = make([]T, n)
-		l.pages = [][]T{out}
+		c.objs = make([]T, len(items))
 	}
 	var errs []error
-	i := 0
-	for _, p := range pages {
-		for _, obj := range p {
-			k, err := keyOf(q.keyFunc, obj)
-			if err == nil {
-				if obj, err = q.transformed(k, obj); err != nil {
-					l.kept = append(l.kept, k)
-				}
+	for i, obj := range items {
+		k, err := keyOf(q.keyFunc, obj)
+		if err == nil {
+			if obj, err = q.transformed(k, obj); err != nil {
+				c.kept = append(c.kept, k)
 			}
-			if err != nil {
-				errs = append(errs, err)
-				l.skip = append(l.skip, i)
-			} else {
-				l.keys[i] = k
-				if out != nil {
-					out[i] = obj
-				}
-			}
-			i++
+		}
+		if err != nil {
+			errs = append(errs, err)
+			c.skip = append(c.skip, i)
+			continue
+		}
+		c.keys[i] = k
+		if q.transform != nil {
+			c.objs[i] = obj
 		}
 	}
-	q.push(inOrderEntry[K, T]{kind: entryReplace, list: l})
+	q.push(inOrderEntry[K, T]{kind: entryListChunk, part: c})
 	return errors.Join(errs...)
+}
+
+// listDone queues the end of the list whose chunks were queued since the
+// last end or abort (see listApplier).
+func (q *inOrderQueue[K, T]) listDone(string) error {
+	q.push(inOrderEntry[K, T]{kind: entryListEnd})
+	return nil
+}
+
+// listFailed queues the abort of the list in progress (see listApplier).
+func (q *inOrderQueue[K, T]) listFailed() {
+	q.push(inOrderEntry[K, T]{kind: entryListAbort})
 }
 
 // Resync queues one resync entry unless one is already waiting.
@@ -239,7 +279,12 @@ func (q *inOrderQueue[K, T]) Resync() error {
 func (q *inOrderQueue[K, T]) push(e inOrderEntry[K, T]) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if !q.pushed {
+	switch {
+	case e.kind == entryListChunk:
+		// A list completes the sync with its end, not before.
+		e.initialList = !q.pushed
+	case e.kind == entryListAbort:
+	case !q.pushed:
 		q.pushed = true
 		e.completesSync = true
 	}

@@ -33,21 +33,34 @@ func TestInOrderQueue_RelistInPagesSkipsFailuresAndLeavesThePagesAlone(t *testin
 		t.Run(tc.name, func(t *testing.T) {
 			q := newInOrderQueue(key, tc.transform)
 			pages := [][]obj{{{"a", 1}, {"b", -1}}, {{"c", 3}}, {}, {{"d", 4}}}
-			err := q.replacePages(pages, 4)
+			var errs []error
+			for _, p := range pages {
+				errs = append(errs, q.listChunk(p))
+			}
+			require.NoError(t, q.listDone("5"))
 			var ke *KeyError
-			require.ErrorAs(t, err, &ke, "the failure is reported")
+			require.ErrorAs(t, errors.Join(errs...), &ke, "the failure is reported")
 
-			batch, err := q.popBatch(context.Background(), 1, nil)
+			batch, err := q.popBatch(context.Background(), 10, nil)
 			require.NoError(t, err)
-			require.Len(t, batch, 1)
-			l := batch[0].list
+			require.Len(t, batch, len(pages)+1, "a chunk entry per page, then the end")
+			var l relist[string, obj]
+			for _, e := range batch[:len(pages)] {
+				require.Equal(t, entryListChunk, e.kind)
+				assert.True(t, e.initialList)
+				assert.False(t, e.completesSync, "a list completes the sync with its end")
+				l.add(e.part)
+			}
+			end := batch[len(pages)]
+			assert.Equal(t, entryListEnd, end.kind)
+			assert.True(t, end.completesSync)
 			var got []obj
 			for k, o := range l.all() {
 				assert.Equal(t, o.name, k)
 				got = append(got, o)
 			}
 			assert.Equal(t, tc.want, got)
-			assert.Equal(t, len(tc.want), l.len())
+			assert.Equal(t, len(tc.want), l.n)
 			assert.Equal(t, [][]obj{{{"a", 1}, {"b", -1}}, {{"c", 3}}, {}, {{"d", 4}}}, pages, "the source's pages are unchanged")
 		})
 	}

@@ -151,7 +151,8 @@ type Reflector[T any] struct {
 	store   ReflectorStore[T]
 	keyOnly KeyOnlyDeleter[T] // store, if it is one
 	evicter Evicter[T]        // store, if it is one
-	pages   pageReplacer[T]   // store, if it is one
+	applier listApplier[T]    // store, if it is one
+	chunks  ChunkLister[T]    // lw, if it is one
 	opts    ReflectorOptions  // defaults filled in
 	logger  *slog.Logger
 	prefix  string // starts every reported error
@@ -171,6 +172,10 @@ type Reflector[T any] struct {
 	// confirmedAt and failure are for Freshness.
 	confirmedAt time.Time
 	failure     error
+	// listFloor is the version of the last list that failed after the
+	// store applied part of it, until a list completes: the next list
+	// must not be older (see relistVersion).
+	listFloor string
 	// versionGone is set when the source said that the version to list or
 	// watch from is expired or too large, and cleared by a completed list.
 	// While it is set, lists read consistently (version ""): asking again
@@ -190,6 +195,8 @@ type Reflector[T any] struct {
 	attemptStart time.Time
 	// noStreaming is set once the source said it cannot stream lists.
 	noStreaming bool
+	// noChunks is set once the source said it cannot list in chunks.
+	noChunks bool
 	// expiredRelist is set while the current list and watch were started
 	// because a watch found its version gone; together with
 	// eventsSinceList it lets a source that keeps expiring versions slow
@@ -260,7 +267,8 @@ func NewReflector[T any](lw ListWatcher[T], store ReflectorStore[T], opts Reflec
 	}
 	r.keyOnly, _ = store.(KeyOnlyDeleter[T])
 	r.evicter, _ = store.(Evicter[T])
-	r.pages, _ = store.(pageReplacer[T])
+	r.applier, _ = store.(listApplier[T])
+	r.chunks, _ = lw.(ChunkLister[T])
 	return r
 }
 

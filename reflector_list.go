@@ -37,17 +37,33 @@ func (r *Reflector[T]) sync(ctx context.Context) (Watcher[T], bool) {
 	return nil, r.list(ctx) == nil
 }
 
-// list reads the whole source with List, page by page, and hands it to
-// the store's Replace.
+// list reads the whole source, with ListChunks if the source has it and
+// List otherwise, and hands it to the store.
 func (r *Reflector[T]) list(ctx context.Context) error {
 	rv := r.relistVersion()
 	limit := r.opts.PageSize
+	chunked := r.chunks != nil && !r.noChunks
 	for {
 		r.attemptStart = time.Now()
-		pages, n, listRV, midList, err := r.listPages(ctx, rv, limit)
+		sink := r.newListSink()
+		var listRV string
+		var n int
+		var midList bool
+		var err error
+		if chunked {
+			listRV, n, midList, err = r.listChunks(ctx, rv, limit, sink)
+		} else {
+			listRV, n, midList, err = r.listPages(ctx, rv, limit, sink)
+		}
 		if err == nil {
-			r.replace(pages, n, listRV)
+			r.replace(sink, n, listRV)
 			return nil
+		}
+		r.abandon(sink, listRV)
+		if chunked && !midList && isUnsupported(err) {
+			r.noChunks, chunked = true, false
+			r.logger.Info("source cannot list in chunks; using List", "err", err)
+			continue
 		}
 		if ctx.Err() != nil {
 			return err
@@ -59,50 +75,80 @@ func (r *Reflector[T]) list(ctx context.Context) error {
 		r.setVersionGone()
 		switch {
 		case rv != "":
-			// The version is gone, or a later page's snapshot was
-			// compacted away: start again, reading the newest state
-			// consistently.
+			// The version is gone, or the list's snapshot was compacted
+			// away before it was read whole: start again, reading the
+			// newest state consistently.
 			rv = ""
-		case midList && limit > 0:
-			// Even the newest state was compacted before all its pages
-			// were read: read it in one request.
-			limit = 0
+		case midList && (chunked || limit > 0):
+			// Even the newest state was compacted before it was read
+			// whole: read it in one request.
+			chunked, limit = false, 0
 		default:
 			return err
 		}
 	}
 }
 
-// listPages calls List until the last page and returns the pages, the
-// number of items they hold and the version of the list. midList tells
-// whether an error came from a page after the first.
-func (r *Reflector[T]) listPages(ctx context.Context, rv string, limit int64) (pages [][]T, n int, listRV string, midList bool, err error) {
+// listPages calls List until the last page and hands each page to sink.
+// It returns the version of the list, the number of objects it held and,
+// for an error, whether it came after the first page.
+func (r *Reflector[T]) listPages(ctx context.Context, rv string, limit int64, sink *listSink[T]) (listRV string, n int, midList bool, err error) {
 	opts := ListOptions{ResourceVersion: rv, Limit: limit}
-	r.listSkipped = make(map[objectRef]struct{})
 	for page := 1; ; page++ {
 		res, err := r.lw.List(ctx, opts)
 		if err != nil {
-			return nil, 0, "", page > 1, r.errorf("list at version %q, page %d: %w", rv, page, err)
+			return listRV, n, page > 1, r.errorf("list at version %q, page %d: %w", rv, page, err)
 		}
 		if page == 1 {
 			listRV = res.ResourceVersion
 		}
-		pages = append(pages, res.Items)
+		r.takeChunk(sink, res, listRV)
 		n += len(res.Items)
-		for _, skipped := range res.Skipped {
-			r.reportSkipped(r.errorf("list at version %q: %w", listRV, skipped), r.listSkipped)
-		}
 		if res.Continue == "" {
-			return pages, n, listRV, false, nil
+			return listRV, n, false, nil
 		}
 		// The continue token fixes the version of the later pages.
 		opts = ListOptions{Limit: limit, Continue: res.Continue}
 	}
 }
 
+// listChunks reads the list with ListChunks and hands each chunk to sink;
+// it returns as listPages does.
+func (r *Reflector[T]) listChunks(ctx context.Context, rv string, limit int64, sink *listSink[T]) (listRV string, n int, midList bool, err error) {
+	chunks := 0
+	err = r.chunks.ListChunks(ctx, ListOptions{ResourceVersion: rv, Limit: limit}, func(res ListResult[T]) error {
+		if chunks == 0 {
+			listRV = res.ResourceVersion
+		}
+		chunks++
+		r.takeChunk(sink, res, listRV)
+		n += len(res.Items)
+		return nil
+	})
+	if err != nil {
+		return listRV, n, chunks > 0, r.errorf("list at version %q, after %d chunks: %w", rv, chunks, err)
+	}
+	return listRV, n, false, nil
+}
+
+// takeChunk reports what a page or chunk of the list at listRV skipped and
+// hands its objects to sink.
+func (r *Reflector[T]) takeChunk(sink *listSink[T], res ListResult[T], listRV string) {
+	for _, skipped := range res.Skipped {
+		r.reportSkipped(r.errorf("list at version %q: %w", listRV, skipped), r.listSkipped)
+	}
+	sink.add(res.Items)
+}
+
 // streamList asks for a streaming list from rv, gathers its initial
 // events up to the bookmark that closes them and replaces the store's
 // content with them. It returns the stream, still open, to be watched on.
+//
+// The events reach a store that applies lists as they arrive in chunks
+// of PageSize only when the list is the first one read consistently
+// (rv and the last version seen are both ""): then a retry after a
+// failure reads consistently too, so it cannot go back behind a part
+// already applied. Any other streaming list is handed over whole.
 func (r *Reflector[T]) streamList(ctx context.Context, rv string) (Watcher[T], error) {
 	r.attemptStart = time.Now()
 	w, err := r.openWatch(ctx, rv, true)
@@ -113,17 +159,22 @@ func (r *Reflector[T]) streamList(ctx context.Context, rv string) (Watcher[T], e
 		return nil, r.streamFailed(rv, err)
 	}
 	r.stats.watches.Add(1)
-	r.listSkipped = make(map[objectRef]struct{})
+	sink := r.newListSink()
+	if rv != "" || r.LastSyncResourceVersion() != "" {
+		sink.applier = nil
+	}
 	var items []T
+	n := 0
 	for {
 		ev, err := w.Next(ctx)
 		if err != nil {
 			w.Stop()
+			r.abandon(sink, "")
 			if isUnsupported(err) || ctx.Err() != nil {
 				return nil, err
 			}
 			if errors.Is(err, io.EOF) {
-				err = fmt.Errorf("%w (after %d objects)", errStreamCut, len(items))
+				err = fmt.Errorf("%w (after %d objects)", errStreamCut, n)
 			}
 			return nil, r.streamFailed(rv, err)
 		}
@@ -131,9 +182,15 @@ func (r *Reflector[T]) streamList(ctx context.Context, rv string) (Watcher[T], e
 		switch ev.Type {
 		case EventAdded:
 			items = append(items, ev.Object)
+			n++
+			if sink.applier != nil && int64(len(items)) >= r.opts.PageSize {
+				sink.add(items)
+				items = nil
+			}
 		case EventBookmark:
 			if ev.InitialEventsEnd {
-				r.replace([][]T{items}, len(items), ev.ResourceVersion)
+				sink.add(items)
+				r.replace(sink, n, ev.ResourceVersion)
 				return w, nil
 			}
 		case EventError:
@@ -145,6 +202,7 @@ func (r *Reflector[T]) streamList(ctx context.Context, rv string) (Watcher[T], e
 			// to the objects it gathered, and the initial state should not
 			// hold changes anyway.
 			w.Stop()
+			r.abandon(sink, "")
 			return nil, r.streamFailed(rv, fmt.Errorf("%v event before the end of the initial events", ev.Type))
 		}
 	}
@@ -161,33 +219,100 @@ func (r *Reflector[T]) streamFailed(rv string, err error) error {
 	return err
 }
 
-// pageReplacer is a store that takes a list as the pages it was read in.
-// The Informer's in-order queue is one: it keeps the pages until they are
-// applied, so joining them into one slice first would copy every object
-// once more, a good share of an informer's initial sync.
-type pageReplacer[T any] interface {
-	// replacePages is Replace with list given as pages holding n objects
-	// in all. The store may keep pages: the Reflector does not touch them
-	// again (see ListResult.Items).
-	replacePages(pages [][]T, n int) error
+// listApplier is a store that takes a list as it is read, chunk by chunk,
+// rather than whole at its end: the informer's queues are. They apply
+// each chunk as it comes where the result cannot differ from applying the
+// whole list at once (the initial sync, into an empty cache), so that the
+// list and the cache it fills are never both held whole; otherwise they
+// keep the chunks and apply the list as one step at its end.
+//
+// The Reflector makes one list at a time: listChunk for each chunk, then
+// listDone once the list is whole, or listFailed if it ends before. The
+// store may keep the items of a chunk (see ListResult.Items).
+type listApplier[T any] interface {
+	// listChunk takes the next chunk of the list in progress; the first
+	// call starts a list. An error reports objects the store skipped.
+	listChunk(items []T) error
+	// listDone completes the list: its chunks are the whole content, as
+	// of version rv, as Replace would make it. An error is Replace's.
+	listDone(rv string) error
+	// listFailed ends the list in progress without completing it. What
+	// the store applied of it stays applied: the next list, read at a
+	// version no older, corrects it.
+	listFailed()
 }
 
-// replace hands a completed list at version rv, read as pages holding n
-// objects in all, to the store.
-func (r *Reflector[T]) replace(pages [][]T, n int, rv string) {
+// listSink takes a list as the Reflector reads it: it hands each chunk to
+// the store as it comes if the store is a listApplier, and gathers them
+// for the store's Replace otherwise.
+type listSink[T any] struct {
+	r       *Reflector[T]
+	applier listApplier[T] // nil: gather
+	chunks  [][]T
+	n       int
+	handed  bool // a chunk reached applier
+}
+
+// newListSink starts the sink of a list, and of the objects it skips.
+func (r *Reflector[T]) newListSink() *listSink[T] {
+	r.listSkipped = make(map[objectRef]struct{})
+	return &listSink[T]{r: r, applier: r.applier}
+}
+
+// add takes the next chunk.
+func (s *listSink[T]) add(items []T) {
+	s.n += len(items)
+	if s.applier == nil {
+		if len(items) > 0 {
+			s.chunks = append(s.chunks, items)
+		}
+		return
+	}
+	s.handed = true
+	s.r.lockStore()
+	err := s.applier.listChunk(items)
+	s.r.unlockStore()
+	if err != nil {
+		s.r.report(s.r.errorf("list: %w", err))
+	}
+}
+
+// abandon ends a list that failed. If the store applied chunks of it
+// that were read at version rv, later lists read at rv or newer (see
+// relistVersion), so that the store never goes back behind them.
+func (r *Reflector[T]) abandon(sink *listSink[T], rv string) {
+	sink.chunks = nil
+	if !sink.handed {
+		return
+	}
+	r.lockStore()
+	sink.applier.listFailed()
+	r.unlockStore()
+	if rv != "" {
+		r.mu.Lock()
+		r.listFloor = rv
+		r.mu.Unlock()
+	}
+}
+
+// replace completes a list at version rv holding n objects: the store
+// applies it (Replace, or listDone for a listApplier), and the Reflector
+// is at rv.
+func (r *Reflector[T]) replace(sink *listSink[T], n int, rv string) {
 	r.lockStore()
 	var err error
 	switch {
-	case r.pages != nil:
-		err = r.pages.replacePages(pages, n)
-	case len(pages) == 1:
-		err = r.store.Replace(pages[0], rv)
+	case sink.applier != nil:
+		err = sink.applier.listDone(rv)
+	case len(sink.chunks) == 1:
+		err = r.store.Replace(sink.chunks[0], rv)
 	default:
-		// Joined at their total size, once, rather than page by page,
+		// Joined at their total size, once, rather than chunk by chunk,
 		// which would copy the objects again at every doubling.
-		err = r.store.Replace(slices.Concat(pages...), rv)
+		err = r.store.Replace(slices.Concat(sink.chunks...), rv)
 	}
 	r.unlockStore()
+	sink.chunks = nil
 	if err != nil {
 		// The store applied what it could (see ReflectorStore); refusing
 		// the list would only make the Reflector list again and again.
@@ -196,6 +321,7 @@ func (r *Reflector[T]) replace(pages [][]T, n int, rv string) {
 	r.confirmed(rv, true)
 	r.mu.Lock()
 	r.versionGone = false
+	r.listFloor = ""
 	r.mu.Unlock()
 	// The objects this list could not produce are, from now on, all
 	// there is to remember: the others were fixed or are gone.
@@ -210,13 +336,17 @@ func (r *Reflector[T]) replace(pages [][]T, n int, rv string) {
 // relistVersion is the version to List at: "0" (any) the first time, when
 // a slightly stale list is fine and a cache may serve it; the last version
 // seen afterwards, so the store never goes back in time; "" (the newest,
-// read consistently) once the source refused the last version.
+// read consistently) once the source refused the last version. A list that
+// failed after the store applied part of it (see listApplier) moves the
+// version to that list's, for the same reason.
 func (r *Reflector[T]) relistVersion() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {
 	case r.versionGone:
 		return ""
+	case r.listFloor != "":
+		return r.listFloor
 	case r.lastRV == "":
 		return "0"
 	}
