@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"strings"
@@ -183,5 +184,29 @@ func TestListChunks_ThroughTheGRPCProxyListsInPages(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, []int{10, 10, 5}, sizes, "pages of opts.Limit")
 		assert.Equal(t, kvsAt(t, backend, "/px/", mustRev(t, rv)), items)
+	}
+}
+
+func TestInformer_ThroughTheGRPCProxyListsInPagesAndConverges(t *testing.T) {
+	for _, q := range informerQueues {
+		t.Run(q.name, func(t *testing.T) {
+			m := startEtcd(t)
+			direct := newClient(t, m.endpoint())
+			putN(t, direct, "/pxi/", 1_000)
+			c := newClient(t, startGRPCProxy(t, direct))
+
+			inf, handlers, log := startInformer(t, etcdmirror.New(c, "/pxi/", fastOptions), q.kind, 1)
+			requireInformerConverged(t, direct, "/pxi/", inf, handlers)
+			ctx := context.Background()
+			_, err := direct.Delete(ctx, "/pxi/00000001")
+			require.NoError(t, err)
+			_, err = direct.Put(ctx, "/pxi/new", "x")
+			require.NoError(t, err)
+			requireInformerConverged(t, direct, "/pxi/", inf, handlers)
+			assert.Equal(t, int64(1), inf.ReflectorStats().Lists)
+			for _, err := range log.all() {
+				assert.NotErrorIs(t, err, errors.ErrUnsupported, "falling back to pages is not a failure")
+			}
+		})
 	}
 }
