@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Runs the side-by-side benchmarks (mirror vs client-go in ./bench, and
-# the etcd rows, informer vs raw clientv3, in ./test/etcd when they
-# exist), summarises them with benchstat and writes bench/RESULTS.md and
-# bench/ratios.svg. The raw results stay beside them (bench/results*.txt,
-# bench/run-info.txt, bench/profiles.md), so the report can be rewritten
-# without running again.
+# the etcd rows, informer vs raw clientv3 loops with the etcd server in a
+# child process, in ./test/etcd), summarises them with benchstat and
+# writes bench/RESULTS.md and bench/ratios.svg. The raw results stay
+# beside them (bench/results*.txt, bench/run-info.txt, bench/profiles.md),
+# so the report can be rewritten without running again.
 #
-#   bash bench/run.sh                  # the full run: 10 rounds
+#   bash bench/run.sh                  # the full run: 10 rounds, etcd rows at 100k and 1M keys
 #   COUNT=3 bash bench/run.sh          # a quicker one
+#   ETCD_1M=0 bash bench/run.sh        # without the 1M-key etcd rows (minutes each round)
 #   BENCH=DeltaFIFO COUNT=1 bash bench/run.sh   # a subset (-bench regexp)
 #   PROFILE=0 bash bench/run.sh        # skip the profiles
 #   REPORT_ONLY=1 bash bench/run.sh    # rewrite RESULTS.md from the last run's files
@@ -20,6 +21,7 @@ export PATH="$(go env GOPATH)/bin:$PATH"
 
 COUNT=${COUNT:-10}
 BENCH=${BENCH:-.}
+ETCD_1M=${ETCD_1M:-1}
 PROFILE=${PROFILE:-1}
 REPORT_ONLY=${REPORT_ONLY:-0}
 BENCHSTAT_VERSION=v0.0.0-20260908200009-22c9c6c9d4da # golang.org/x/perf
@@ -34,35 +36,31 @@ go install "golang.org/x/perf/cmd/benchstat@$BENCHSTAT_VERSION"
 # another, rather than with -count: -count runs each sub-benchmark COUNT
 # times in a row, so that ours and the peer's would meet a machine whose
 # load drifts at different times. Interleaved, a drift lands on both.
+# Arguments after $1 go to the test binary.
 rounds() {
-  local i
+  local i pkg=$1
+  shift
   for i in $(seq "$COUNT"); do
-    go test -run '^$' -bench "$BENCH" -count 1 -timeout 60m "$1" || return
+    go test -run '^$' -bench "$BENCH" -count 1 -timeout 120m "$pkg" "$@" || return
   done
 }
 
 run() {
-  local start load_before etcd=no
+  local start load_before etcd
   start=$(date +%s)
   load_before=$(uptime | sed 's/.*load average: //')
 
   echo "== bench: mirror vs client-go (count $COUNT)"
   rounds ./bench/ | tee "$out/results.txt"
 
-  # The etcd rows come from test/etcd (written separately): informer vs a
-  # raw clientv3 loop (and the adapter alone). Their sub-benchmarks are
-  # named informer, adapter and raw; they are renamed impl=informer... so
-  # that benchstat can put them side by side as it does the others.
-  rm -f "$out/results-etcd.txt"
-  if grep -qs 'func BenchmarkInitialSync\|func BenchmarkWatchApply' test/etcd/*_test.go; then
-    etcd=yes
-    echo "== test/etcd: informer vs raw clientv3 (count $COUNT)"
-    rounds ./test/etcd/ |
-      sed -E 's#^Benchmark(InitialSync|WatchApply)/(informer|adapter|raw)#Benchmark\1/impl=\2#' |
-      tee "$out/results-etcd.txt"
-  else
-    echo "== test/etcd has no BenchmarkInitialSync or BenchmarkWatchApply: etcd rows skipped"
-  fi
+  # The etcd rows come from test/etcd: informer vs raw clientv3 loops
+  # (and the adapter alone), each sub-benchmark named impl=..., with one
+  # etcd member in a child process serving the whole round.
+  local etcd_args=()
+  [ "$ETCD_1M" = 1 ] && etcd_args=(-args -etcd.1m)
+  echo "== test/etcd: informer vs raw clientv3, server in a child process (count $COUNT, 1M rows: $ETCD_1M)"
+  rounds ./test/etcd/ "${etcd_args[@]}" | tee "$out/results-etcd.txt"
+  etcd="$(cd test/etcd && go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3): server/v3/embed in a child process of the test binary, loopback, one member, UnsafeNoFsync; 1M-key rows: $ETCD_1M"
 
   : >"$out/profiles.md"
   if [ "$PROFILE" = 1 ]; then
@@ -70,16 +68,13 @@ run() {
     # pprof names generic functions with their whole type arguments;
     # short() drops them (innermost brackets first) so the lines fit.
     short() { sed -n '/flat%/,$p' | sed -E ':a; s/\[[^][]*\]//; ta' | cut -c1-150; }
-    local spec name n
-    # Each row with enough iterations for a few seconds of samples.
-    for spec in 'Informer_EndToEnd1M/handlers=1$/impl=mirror 1x' 'Informer_EndToEnd1M/handlers=16$/impl=mirror 1x' \
-      'Informer_EndToEnd1M/handlers=16$/impl=clientgo 1x' 'DeltaFIFO_Churn100k/impl=mirror$ 20x' \
-      'DeltaFIFO_Churn100k/impl=clientgo$ 10x'; do
-      n=${spec#* }
-      spec=${spec% *}
-      name=$(echo "$spec" | tr -c 'A-Za-z0-9\n' '_')
+    # profile PKG 'SPEC N': the CPU and allocation profiles of one row,
+    # with enough iterations for a few seconds of samples.
+    profile() {
+      local pkg=$1 spec=${2% *} n=${2#* } name
+      name=$(echo "$pkg$spec" | tr -c 'A-Za-z0-9\n' '_')
       go test -run '^$' -bench "$spec" -benchtime "$n" -count 1 -timeout 10m \
-        -cpuprofile "$tmp/$name.cpu" -memprofile "$tmp/$name.mem" -o "$tmp/bench.test" ./bench/ >/dev/null
+        -cpuprofile "$tmp/$name.cpu" -memprofile "$tmp/$name.mem" -o "$tmp/$name.test" "$pkg" >/dev/null
       {
         echo "#### $spec (-benchtime $n): CPU, top 15 by flat share"
         echo '```'
@@ -90,6 +85,18 @@ run() {
         go tool pprof -sample_index alloc_space -top -nodecount 6 "$tmp/$name.mem" 2>/dev/null | short
         echo '```'
       } >>"$out/profiles.md"
+    }
+    local spec
+    for spec in 'Informer_EndToEnd1M/handlers=1$/impl=mirror 1x' 'Informer_EndToEnd1M/handlers=16$/impl=mirror 1x' \
+      'Informer_EndToEnd1M/handlers=16$/impl=clientgo 1x' 'DeltaFIFO_Churn100k/impl=mirror$ 20x' \
+      'DeltaFIFO_Churn100k/impl=clientgo$ 10x'; do
+      profile ./bench/ "$spec"
+    done
+    # The etcd rows' profiles are the client's alone: the server runs in
+    # a child process.
+    for spec in 'InitialSync/keys=100k/impl=informer$ 10x' 'InitialSync/keys=100k/impl=raw-stream$ 10x' \
+      'Relist/keys=100k/impl=informer$ 5x' 'WatchApply/impl=informer$ 20x' 'WatchApply/impl=raw$ 20x'; do
+      profile ./test/etcd/ "$spec"
     done
     # -heapprofile is the benchmark's own flag: it goes after -args.
     go test -run '^$' -bench 'Informer_Heap1M' -benchtime 1x -count 1 -timeout 10m \
@@ -149,7 +156,7 @@ report() {
     echo "| runs | $(info runs) |"
     echo "| run time of run.sh (with profiles) | $(info time) |"
     echo "| load average (1, 5, 15 min) | $(info load) |"
-    echo "| etcd rows (test/etcd) | $(info etcd) |"
+    echo "| etcd server (test/etcd rows) | $(info etcd) |"
     echo
     echo "## Summary"
     echo

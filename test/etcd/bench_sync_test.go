@@ -46,7 +46,8 @@ func BenchmarkInitialSync(b *testing.B) {
 	}
 }
 
-// BenchmarkPagedSync measures the initial sync of 100k keys by a source
+// BenchmarkPagedSync measures the initial sync of 100k keys (10k with
+// -short) by a source
 // that can only page (an etcd older than 3.7, the gRPC proxy, any
 // ListWatcher without ListChunks): an informer whose adapter is seen
 // through List alone, against a raw paged Get loop, at the Reflector's
@@ -55,7 +56,7 @@ func BenchmarkInitialSync(b *testing.B) {
 // quadratic in the keys over the page size.
 func BenchmarkPagedSync(b *testing.B) {
 	c := sharedBenchEtcd(b)
-	const n = 100_000
+	n := benchSizes()[0]
 	prefix := syncPrefix(b, c, n)
 	limits := []int64{defaultPageSize}
 	if *benchLimits != "" {

@@ -30,7 +30,8 @@ import (
 //
 // bench/run.sh runs them in interleaved rounds and writes bench/RESULTS.md.
 // The 1M-key rows run only with -etcd.1m (go test ... -args -etcd.1m):
-// loading a million keys and syncing them takes minutes.
+// loading a million keys and syncing them takes minutes. With -short, the
+// sync and relist rows read 10k keys instead of 100k.
 //
 // Every sync and relist row reports, besides time:
 //
@@ -48,9 +49,13 @@ import (
 
 var bench1M = flag.Bool("etcd.1m", false, "etcd benchmarks: run the 1M-key rows too")
 
-// benchSizes are the key counts of the sync and relist rows.
+// benchSizes are the key counts of the sync and relist rows: 100k, and
+// 1M with -etcd.1m; with -short (CI runs every benchmark once), 10k.
 func benchSizes() []int {
-	if *bench1M {
+	switch {
+	case testing.Short():
+		return []int{10_000}
+	case *bench1M:
 		return []int{100_000, 1_000_000}
 	}
 	return []int{100_000}
