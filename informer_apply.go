@@ -166,21 +166,20 @@ func (inf *Informer[K, T]) applyReplace(list *relist[K, T], initial bool) {
 // deleteUnlisted deletes every cached key that list lacks and tells the
 // handlers that its final state is unknown.
 func (inf *Informer[K, T]) deleteUnlisted(list *relist[K, T]) {
-	listed := make(map[K]struct{}, list.n)
-	for k := range list.all() {
-		listed[k] = struct{}{}
-	}
-	for _, p := range list.parts {
-		for _, k := range p.kept {
-			listed[k] = struct{}{}
+	gone := inf.cache.unlisted(func(yield func(K) bool) {
+		for k := range list.all() {
+			if !yield(k) {
+				return
+			}
 		}
-	}
-	var gone []K
-	for k := range inf.cache.All() {
-		if _, ok := listed[k]; !ok {
-			gone = append(gone, k)
+		for _, p := range list.parts {
+			for _, k := range p.kept {
+				if !yield(k) {
+					return
+				}
+			}
 		}
-	}
+	})
 	for _, k := range gone {
 		if old, ok := inf.cache.DeleteKey(k); ok {
 			inf.proc.distribute(notification[K, T]{kind: notifyDelete, key: k, obj: old, unknown: true}, false)

@@ -247,6 +247,15 @@ func (i *Indexer[K, T]) reserve(n int) {
 	i.contents.items.reserve(n)
 }
 
+// unlisted returns the keys of the stored objects whose keys are not among
+// keys, which must not call i's methods. For a writer that keeps i from
+// changing meanwhile, as the informer's apply loop does.
+func (i *Indexer[K, T]) unlisted(keys iter.Seq[K]) []K {
+	i.mu.RLock()
+	defer i.mu.RUnlock()
+	return i.contents.items.unlisted(keys)
+}
+
 // DeleteKey removes the object stored under key and returns it, or reports
 // false if there was none.
 func (i *Indexer[K, T]) DeleteKey(key K) (old T, existed bool) {

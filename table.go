@@ -359,6 +359,45 @@ func (t *table[K, T]) all() iter.Seq2[K, T] {
 	}
 }
 
+// unlisted returns the keys of the objects whose keys are not among keys.
+// It finds each of keys, marking its slot, then walks the slots: unlike a
+// set of keys, the marks cost a bit per slot, and the key function runs
+// only on the objects returned. The table must not change meanwhile.
+func (t *table[K, T]) unlisted(keys iter.Seq[K]) []K {
+	marked := make([]uint64, (len(t.tags)+63)/64)
+	var foreignListed map[K]struct{}
+	for k := range keys {
+		_, l, ok := t.find(k)
+		switch {
+		case !ok:
+		case l.foreign:
+			if foreignListed == nil {
+				foreignListed = make(map[K]struct{})
+			}
+			foreignListed[k] = struct{}{}
+		default:
+			marked[l.slot/64] |= 1 << (l.slot % 64)
+		}
+	}
+	var out []K
+	for s, tag := range t.tags {
+		if tag < tagFull || marked[s/64]&(1<<(s%64)) != 0 {
+			continue
+		}
+		// The key function succeeded on this object when it was stored,
+		// and depends only on the object's identity.
+		if key, err := t.keyFunc(t.obj(s)); err == nil {
+			out = append(out, key)
+		}
+	}
+	for k := range t.foreign {
+		if _, ok := foreignListed[k]; !ok {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
 // walk is where an All iteration is.
 type walk[K comparable, T any] struct {
 	// slots are the table's slots when the walk began. Once the table

@@ -428,3 +428,44 @@ func TestHalfFull(t *testing.T) {
 	assert.Equal(t, minSlots, halfFull(0))
 	assert.Equal(t, 1<<21, slotsFor(1_000_000), "a Replace of 1M objects")
 }
+
+func TestTable_UnlistedFindsEveryKeyNotAmongTheListed(t *testing.T) {
+	for _, h := range testHashes {
+		t.Run(h.name, func(t *testing.T) {
+			i := boxed.newIndexer(h.fn)
+			want := map[string]bool{}
+			var listed []string
+			for n := range 200 {
+				o := testObj{ns: "ns", name: fmt.Sprint(n)}
+				key, _ := testKey(o)
+				if n%50 == 7 {
+					key = "other/" + key // stored under another key: foreign
+				}
+				_, _, err := i.Set(key, o)
+				require.NoError(t, err)
+				switch {
+				case n%10 == 3:
+					i.DeleteKey(key) // leaves a deleted slot
+				case n%3 == 0:
+					want[key] = true
+				default:
+					listed = append(listed, key)
+				}
+			}
+			listed = append(listed, "ns/absent", "other/absent")
+			got := map[string]bool{}
+			for _, k := range i.unlisted(func(yield func(string) bool) {
+				for _, k := range listed {
+					if !yield(k) {
+						return
+					}
+				}
+			}) {
+				require.False(t, got[k], "%s twice", k)
+				got[k] = true
+			}
+			assert.Equal(t, want, got)
+			require.NotEmpty(t, i.contents.items.foreign)
+		})
+	}
+}
