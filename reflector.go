@@ -12,7 +12,7 @@ import (
 
 // Defaults of ReflectorOptions.
 const (
-	defaultPageSize       = 500
+	defaultPageSize       = 5000
 	defaultWatchTimeout   = 5 * time.Minute
 	defaultInitialBackoff = 800 * time.Millisecond
 	defaultMaxBackoff     = 30 * time.Second
@@ -26,8 +26,15 @@ type ReflectorOptions struct {
 	// Name identifies the Reflector in logs and in the errors it reports.
 	Name string
 
-	// PageSize is the most objects one List call asks for; 0 or less
-	// means 500.
+	// PageSize is the most objects one List call asks for, and a hint
+	// for the size of a chunk from a ChunkLister; 0 or less means 5000.
+	// Larger pages mean fewer requests and, from a source that counts the
+	// rest of the list on every page as etcd does, far less work for the
+	// source: in test/etcd's BenchmarkPagedSync, an informer synced 100k
+	// keys from etcd about 3 times as fast with pages of 5000 as with
+	// pages of 500, client-go's size; pages of 20000 gained about a third
+	// more. A page is held whole while it is read, so very large objects
+	// may call for smaller pages.
 	PageSize int64
 
 	// ResyncPeriod is how often the Reflector calls the store's Resync

@@ -44,7 +44,7 @@ func TestReflector_ListsFirstAtAnyVersionPagedThenReplaces(t *testing.T) {
 		limit    int64
 	}{
 		{name: "page size set", pageSize: 2, limit: 2},
-		{name: "default page size", pageSize: 0, limit: 500},
+		{name: "default page size", pageSize: 0, limit: 5000},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -14,7 +14,7 @@ import (
 
 // defaultPageSize is the Reflector's default page size
 // (ReflectorOptions.PageSize), which the raw paged loops use too.
-const defaultPageSize = 500
+const defaultPageSize = 5000
 
 var benchLimits = flag.String("etcd.limits", "", "etcd benchmarks: comma-separated page sizes for BenchmarkPagedSync (default: the Reflector's)")
 
