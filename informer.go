@@ -27,9 +27,9 @@ const (
 
 // Lifecycle errors of an Informer.
 var (
-	// ErrStarted is returned by Informer.Run when the informer was run
-	// before.
-	ErrStarted = errors.New("mirror: informer already started")
+	// ErrStarted is returned by Informer.Run, and reported by
+	// Reflector.Run, when it was run before: each runs once.
+	ErrStarted = errors.New("mirror: already started")
 
 	// ErrStopped is returned by Informer.AddEventHandler once Run's
 	// context has ended: the handler would never be called.
@@ -94,8 +94,13 @@ type InformerOptions[K comparable, T any] struct {
 	SyncFailureLimit int
 
 	// Reflector tunes listing and watching (page size, backoff, watch
-	// timeout, streaming lists). Its ResyncPeriod, ShouldResync,
-	// ErrorHandler and Logger are set by the informer.
+	// timeout, streaming lists). The informer adds to the fields it also
+	// sets, never overriding them: Logger, if set, receives the
+	// Reflector's logs instead of the informer's Logger; ErrorHandler,
+	// if set, sees the Reflector's errors after the informer's own
+	// ErrorHandler; ResyncPeriod, if set, makes the informer check for
+	// due handlers at least that often; ShouldResync, if set, can veto a
+	// resync.
 	Reflector ReflectorOptions
 
 	// ErrorHandler sees every failure: failed lists and watches, objects
@@ -203,13 +208,26 @@ func (inf *Informer[K, T]) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
+	ropts, user := inf.opts.Reflector, inf.opts.Reflector
 	period := inf.minResyncPeriod()
+	if user.ResyncPeriod > 0 && (period == 0 || user.ResyncPeriod < period) {
+		period = user.ResyncPeriod
+	}
 	inf.resyncPeriod.Store(int64(period))
-	ropts := inf.opts.Reflector
 	ropts.ResyncPeriod = period
-	ropts.ShouldResync = func() bool { return inf.proc.shouldResync(time.Now()) }
+	ropts.ShouldResync = func() bool {
+		return (user.ShouldResync == nil || user.ShouldResync()) && inf.proc.shouldResync(time.Now())
+	}
 	ropts.ErrorHandler = inf.report
-	ropts.Logger = inf.logger
+	if user.ErrorHandler != nil {
+		ropts.ErrorHandler = func(err error) {
+			inf.report(err)
+			user.ErrorHandler(err)
+		}
+	}
+	if user.Logger == nil {
+		ropts.Logger = inf.logger
+	}
 	var store ReflectorStore[T] = inf.inOrder
 	if inf.fifo != nil {
 		store = fifoSyncWatch[K, T]{inf}

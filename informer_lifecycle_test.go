@@ -1,9 +1,13 @@
 package mirror_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -195,4 +199,60 @@ func TestInformer_TransientFailuresNeverEndTheWaitForSync(t *testing.T) {
 		assert.NoError(t, f.inf.SyncErr())
 		f.stop()
 	})
+}
+
+func TestInformer_ReflectorOptionsAddToTheInformersNeverReplaceThem(t *testing.T) {
+	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
+		reflectorErrs := &errorLog{}
+		var vetoes atomic.Int64
+		logs := &lockedBuffer{}
+		f := newFixture(t, kind, func(o *mirror.InformerOptions[string, item]) {
+			o.ResourceVersion = func(it item) string { return strconv.Itoa(it.Val) }
+			o.Reflector.ErrorHandler = reflectorErrs.add
+			o.Reflector.Logger = slog.New(slog.NewTextHandler(logs, nil))
+			o.Reflector.ResyncPeriod = 10 * time.Second
+			o.Reflector.ShouldResync = func() bool {
+				vetoes.Add(1)
+				return false
+			}
+		})
+		f.src.Put(item{Name: "a", Val: 1})
+		rec := &recorder{}
+		_, err := f.inf.AddEventHandler(rec, mirror.HandlerOptions{ResyncPeriod: 5 * time.Second})
+		require.NoError(t, err)
+		f.start()
+		f.synced()
+		rec.take()
+
+		f.src.FailNext(1, errors.New("boom"))
+		f.src.CutWatches()
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		// Both error handlers saw the failures.
+		require.NotEmpty(t, reflectorErrs.all())
+		assert.Equal(t, f.errs.all(), reflectorErrs.all())
+		// The handler's 5s period sets the pace; the veto holds.
+		assert.GreaterOrEqual(t, vetoes.Load(), int64(5))
+		assert.Empty(t, rec.take(), "every resync vetoed")
+		f.stop()
+		assert.Contains(t, logs.String(), "reflector started", "the Reflector's own logger")
+	})
+}
+
+// lockedBuffer is a bytes.Buffer safe for concurrent writers.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

@@ -178,7 +178,7 @@ type Reflector[T any] struct {
 	versionGone bool
 
 	stats   reflectorCounters
-	running atomic.Bool
+	started atomic.Bool
 	// stampDue says that the next event reads the clock (see confirmed);
 	// stampTimer sets it.
 	stampDue   atomic.Bool
@@ -289,19 +289,14 @@ func (r *Reflector[T]) Stats() ReflectorStats {
 }
 
 // Run lists and watches until ctx is done, then returns once every
-// goroutine it started has stopped and it no longer uses the store. It
-// resets the counters of Stats when it starts. Run may be called again
-// after it returned; it then lists from the last version it saw. A call
-// made while Run is running reports an error and returns at once.
+// goroutine it started has stopped and it no longer uses the store. A
+// Reflector runs once, as an Informer does: a second call, whether the
+// first is still running or has returned, reports an error wrapping
+// ErrStarted and returns at once.
 func (r *Reflector[T]) Run(ctx context.Context) {
-	if !r.running.CompareAndSwap(false, true) {
-		r.report(r.errorf("Run called while already running"))
+	if !r.started.CompareAndSwap(false, true) {
+		r.report(r.errorf("Run: %w", ErrStarted))
 		return
-	}
-	defer r.running.Store(false)
-	for _, c := range []*atomic.Int64{&r.stats.lists, &r.stats.relists, &r.stats.watches,
-		&r.stats.watchRestarts, &r.stats.events, &r.stats.errors} {
-		c.Store(0)
 	}
 	defer r.startStamps()()
 	r.logger.Info("reflector started")
