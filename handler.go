@@ -25,17 +25,23 @@ type Handler[T any] interface {
 	// event carried, or, if that held only the key (Event.KeyOnly, as
 	// from the etcd adapter), the state the cache held, which the watch
 	// kept current up to the deletion. finalStateUnknown reports that the
-	// deletion was inferred by a relist, not observed; obj is then the
-	// last state the cache held, which may be older than the object's
-	// real final state.
+	// object left the mirror without its deletion being observed: a
+	// relist no longer lists it, its key now names another object (see
+	// InformerOptions.SameObject), or the source holds a state of it the
+	// mirror cannot represent (a value that fails to decode; see
+	// EventError). obj is then the last state the cache held, which may be
+	// older than the object's real final state.
 	OnDelete(obj T, finalStateUnknown bool)
 }
 
 // HandlerFuncs adapts functions to a Handler. A nil function ignores its
 // notifications.
 type HandlerFuncs[T any] struct {
-	AddFunc    func(obj T, isInInitialList bool)
+	// AddFunc, if set, is called for OnAdd.
+	AddFunc func(obj T, isInInitialList bool)
+	// UpdateFunc, if set, is called for OnUpdate.
 	UpdateFunc func(oldObj, newObj T)
+	// DeleteFunc, if set, is called for OnDelete.
 	DeleteFunc func(obj T, finalStateUnknown bool)
 }
 
