@@ -337,8 +337,8 @@ func TestReflector_MemsourceExpiredContinuationRelistsFromScratch(t *testing.T) 
 
 func TestReflector_MemsourceTooLargeVersionRelistsConsistently(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		// The Reflector first talks to a primary at revision 50, then to
-		// a lagging replica at revision 20.
+		// The Reflector first talks to a primary at revision 51, then to
+		// a lagging replica at revision 21 (each starts at 1).
 		primary := memsource.New(kvKey, memsource.Options{})
 		fill(primary, 50)
 		replica := memsource.New(kvKey, memsource.Options{})
@@ -352,8 +352,8 @@ func TestReflector_MemsourceTooLargeVersionRelistsConsistently(t *testing.T) {
 		lw.mu.Lock()
 		lw.lw = replica
 		lw.onWatch = func(call int, opts mirror.WatchOptions) error {
-			if opts.ResourceVersion == "50" {
-				return errSourceBoom // the rewatch fails: relist at 50
+			if opts.ResourceVersion == "51" {
+				return errSourceBoom // the rewatch fails: relist at 51
 			}
 			return nil
 		}
@@ -367,7 +367,7 @@ func TestReflector_MemsourceTooLargeVersionRelistsConsistently(t *testing.T) {
 		for _, o := range lw.Lists() {
 			rvs = append(rvs, o.ResourceVersion)
 		}
-		assert.Equal(t, []string{"0", "50", ""}, rvs, "one consistent relist, no loop at 50")
+		assert.Equal(t, []string{"0", "51", ""}, rvs, "one consistent relist, no loop at 51")
 		assert.Equal(t, replica.Snapshot(), store.snapshot())
 	})
 }

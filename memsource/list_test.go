@@ -51,7 +51,7 @@ func fill(s *memsource.Source[obj], n int) []obj {
 
 func TestList_ResourceVersions(t *testing.T) {
 	s := newSource(memsource.Options{})
-	want := fill(s, 3) // revision 3
+	want := fill(s, 3) // revision 4
 	tests := []struct {
 		rv      string
 		wantErr error
@@ -59,8 +59,9 @@ func TestList_ResourceVersions(t *testing.T) {
 		{"", nil},
 		{"0", nil},
 		{"1", nil}, // not older than 1: the current state will do
-		{"3", nil},
-		{"4", mirror.ErrTooLargeResourceVersion},
+		{"2", nil}, // nor than 2, the first change
+		{"4", nil},
+		{"5", mirror.ErrTooLargeResourceVersion},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("rv=%q", tt.rv), func(t *testing.T) {
@@ -70,7 +71,7 @@ func TestList_ResourceVersions(t *testing.T) {
 				return
 			}
 			require.NoError(t, err)
-			assert.Equal(t, "3", res.ResourceVersion)
+			assert.Equal(t, "4", res.ResourceVersion)
 			assert.Equal(t, want, res.Items)
 			assert.Empty(t, res.Continue)
 		})
@@ -112,9 +113,9 @@ func TestList_PagesAreAtTheFirstPagesRevisionWhileWritersChangeTheSource(t *test
 				page++
 				tt.change(s, page)
 			})
-			assert.Equal(t, "10", rv)
+			assert.Equal(t, "11", rv)
 			assert.Equal(t, want, got)
-			assert.Greater(t, s.Revision(), int64(10), "the source changed meanwhile")
+			assert.Greater(t, s.Revision(), int64(11), "the source changed meanwhile")
 		})
 	}
 }
@@ -165,7 +166,7 @@ func TestList_ContinuationAfterCompactionExpires(t *testing.T) {
 		wantErr error
 	}{
 		{"compaction past the list", func(s *memsource.Source[obj]) { s.Put(obj{"x", 0}); s.Compact(s.Revision()) }, mirror.ErrExpired},
-		{"compaction at the list", func(s *memsource.Source[obj]) { s.Put(obj{"x", 0}); s.Compact(4) }, nil},
+		{"compaction at the list", func(s *memsource.Source[obj]) { s.Put(obj{"x", 0}); s.Compact(5) }, nil},
 		{"history limit overtaking the list", func(s *memsource.Source[obj]) {
 			for i := range 5 {
 				s.Put(obj{"x", i})
@@ -197,7 +198,7 @@ func TestList_ContinuationIgnoresResourceVersion(t *testing.T) {
 	res, err = s.List(context.Background(), mirror.ListOptions{Limit: 2, Continue: res.Continue, ResourceVersion: "999"})
 	require.NoError(t, err)
 	assert.Equal(t, []obj{{"k02", 2}, {"k03", 3}}, res.Items)
-	assert.Equal(t, "4", res.ResourceVersion)
+	assert.Equal(t, "5", res.ResourceVersion)
 }
 
 func TestList_MalformedContinueIsInvalid(t *testing.T) {
@@ -217,11 +218,12 @@ func TestList_MalformedContinueIsInvalid(t *testing.T) {
 	}
 }
 
-func TestList_EmptySourceIsAtRevisionZero(t *testing.T) {
+func TestList_EmptySourceIsAtRevisionOne(t *testing.T) {
+	// Not "0": a watch from "0" starts now, not at the list.
 	s := newSource(memsource.Options{})
 	res, err := s.List(context.Background(), mirror.ListOptions{Limit: 5})
 	require.NoError(t, err)
 	assert.Empty(t, res.Items)
-	assert.Equal(t, "0", res.ResourceVersion)
+	assert.Equal(t, "1", res.ResourceVersion)
 	assert.Empty(t, res.Continue)
 }
