@@ -397,3 +397,44 @@ func TestReflector_MemsourceUnavailableWatchDoesNotRelist(t *testing.T) {
 		assert.Zero(t, store.tombs)
 	})
 }
+
+func TestReflector_MemsourceNewSourceWatchCutBeforeAnyEventLosesNothing(t *testing.T) {
+	// A new source lists empty. Its first watch is cut before any event and
+	// the source stays down while a key is created: the watch opened again
+	// must start at the list's version, not "now", or the key is lost until
+	// some later change or relist.
+	for _, streaming := range []bool{false, true} {
+		t.Run(fmt.Sprintf("streaming=%v", streaming), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				src := memsource.New(kvKey, memsource.Options{})
+				lw := &recordingLW{lw: src}
+				store := newModelStore()
+				r := mirror.NewReflector[kv](lw, store, mirror.ReflectorOptions{StreamingList: streaming})
+				stop := runReflector(t, r)
+				settle(t, src, r, store)
+				listed := r.LastSyncResourceVersion()
+				require.Len(t, lw.Watches(), 1, "the first watch is open")
+
+				// Down: the cut watch and the next attempt fail, so the
+				// watch that works opens after the change.
+				src.FailNext(1, errSourceDown)
+				src.CutWatches()
+				src.Put(kv{"a", 1})
+				settle(t, src, r, store)
+				stop()
+
+				assert.Equal(t, map[string]kv{"a": {"a", 1}}, store.snapshot())
+				st := r.Stats()
+				assert.Equal(t, int64(1), st.Lists, "no relist")
+				assert.Zero(t, st.Relists)
+				assert.Equal(t, int64(1), st.WatchRestarts, "one watch opened again")
+				watches := lw.Watches()
+				require.Len(t, watches, 3, "the first watch, the failed one and the one that works")
+				for _, w := range watches[1:] {
+					assert.Equal(t, listed, w.ResourceVersion, "a rewatch starts at the list's version")
+				}
+				assert.Empty(t, store.stray)
+			})
+		})
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"testing"
+	"testing/synctest"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -226,4 +227,48 @@ func TestList_EmptySourceIsAtRevisionOne(t *testing.T) {
 	assert.Empty(t, res.Items)
 	assert.Equal(t, "1", res.ResourceVersion)
 	assert.Empty(t, res.Continue)
+}
+
+func TestList_WatchFromTheListsVersionGetsTheChangesMadeSince(t *testing.T) {
+	// A consumer lists, then watches from the list's version; what changed
+	// in between must reach the watch. A new source is the case that broke:
+	// its list must not say "0", which a watch reads as "from now".
+	tests := []struct {
+		name   string
+		before int // changes made before the list
+	}{
+		{"new source", 0},
+		{"source with changes", 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := newSource(memsource.Options{})
+				fill(s, tt.before)
+				res, err := s.List(t.Context(), mirror.ListOptions{})
+				require.NoError(t, err)
+
+				// Between the list and the watch:
+				added := s.Put(obj{"x", 1})
+				modified := s.Put(obj{"x", 2})
+				w := watch(t, s, mirror.WatchOptions{ResourceVersion: res.ResourceVersion})
+				for _, want := range []mirror.Event[obj]{
+					ev(mirror.EventAdded, obj{"x", 1}, int(added)),
+					ev(mirror.EventModified, obj{"x", 2}, int(modified)),
+				} {
+					got := nextAsync(t.Context(), w)
+					synctest.Wait()
+					select {
+					case r := <-got:
+						require.NoError(t, r.err)
+						assert.Equal(t, want, r.ev)
+					default:
+						require.FailNow(t, "a change made between the list and the watch was lost",
+							"listed at %q; want %+v", res.ResourceVersion, want)
+					}
+				}
+				requireBlocked(t, nextAsync(t.Context(), w))
+			})
+		})
+	}
 }
