@@ -123,5 +123,5 @@ func ExampleReflector() {
 	// api Sync (initial list: true)
 	// db Sync (initial list: true)
 	// api Deleted (initial list: false)
-	// cached: [db] at version 3
+	// cached: [db] at version 4
 }

@@ -43,9 +43,9 @@ func Example() {
 		fmt.Println(ev.ResourceVersion, ev.Type, ev.Object)
 	}
 	// Output:
-	// listed at 2 [{color blue} {size L}]
-	// 3 Modified {color green}
-	// 4 Deleted {size L}
+	// listed at 3 [{color blue} {size L}]
+	// 4 Modified {color green}
+	// 5 Deleted {size L}
 }
 
 // Every page of a paged list is at the revision of the first, even when the
@@ -71,9 +71,9 @@ func ExampleSource_List() {
 		src.Delete("e") // not seen by this list
 	}
 	// Output:
-	// 5 [{a 1} {b 1}]
-	// 5 [{c 1} {d 1}]
-	// 5 [{e 1}]
+	// 6 [{a 1} {b 1}]
+	// 6 [{c 1} {d 1}]
+	// 6 [{e 1}]
 }
 
 // The fault hooks make a Source misbehave the way remote sources do, to test
@@ -96,11 +96,11 @@ func ExampleSource_CutWatches() {
 
 	src.Put(Setting{"a", "1"})
 	src.Put(Setting{"a", "2"})
-	src.Compact(2) // history up to revision 2 is gone
-	_, err = src.Watch(ctx, mirror.WatchOptions{ResourceVersion: "1"})
+	src.Compact(3) // history up to revision 3 is gone
+	_, err = src.Watch(ctx, mirror.WatchOptions{ResourceVersion: "2"})
 	fmt.Println(err)
 	// Output:
 	// memsource: watch cut: mirror: source unavailable
 	// no leader: mirror: source unavailable
-	// memsource: watch from revision 1: compacted up to 2: mirror: resource version expired
+	// memsource: watch from revision 2: compacted up to 3: mirror: resource version expired
 }
