@@ -71,7 +71,7 @@ func TestInformer_HandlersAddedAndRemovedWhileRunReturnsAreNeverCalledAfter(t *t
 	for _, q := range queueKinds {
 		t.Run(q.name, func(t *testing.T) {
 			for round := range rounds {
-				src := memsource.New(itemName, memsource.Options{})
+				src := memsource.New(itemKey, memsource.Options{})
 				for i := range 20 {
 					src.Put(item{Name: fmt.Sprint(i), Val: i})
 				}
@@ -156,7 +156,7 @@ func (s *refusingSource) List(ctx context.Context, opts mirror.ListOptions) (mir
 func TestInformer_SourceThatRefusesForGoodEndsTheWaitForSync(t *testing.T) {
 	errForbidden := fmt.Errorf("source: 403 forbidden: %w", mirror.ErrPermanent)
 	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-		src := &refusingSource{Source: memsource.New(itemName, memsource.Options{}), err: errForbidden}
+		src := &refusingSource{Source: memsource.New(itemKey, memsource.Options{}), err: errForbidden}
 		src.Put(item{Name: "a", Val: 1})
 		f := newFixtureOver(t, kind, func(*memsource.Source[item]) mirror.ListWatcher[item] { return src }, nil)
 		reg, err := f.inf.AddEventHandler(&recorder{}, mirror.HandlerOptions{})
@@ -186,7 +186,7 @@ func TestInformer_SourceThatRefusesForGoodEndsTheWaitForSync(t *testing.T) {
 
 func TestInformer_TransientFailuresNeverEndTheWaitForSync(t *testing.T) {
 	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-		src := &refusingSource{Source: memsource.New(itemName, memsource.Options{}),
+		src := &refusingSource{Source: memsource.New(itemKey, memsource.Options{}),
 			err: fmt.Errorf("source: no leader: %w", mirror.ErrUnavailable)}
 		f := newFixtureOver(t, kind, func(*memsource.Source[item]) mirror.ListWatcher[item] { return src },
 			func(o *mirror.InformerOptions[string, item]) { o.SyncFailureLimit = 1 })

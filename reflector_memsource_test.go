@@ -27,7 +27,7 @@ type kv struct {
 	Val int
 }
 
-func kvKey(o kv) string { return o.Key }
+func kvKey(o kv) (string, error) { return o.Key, nil }
 
 var (
 	errSourceDown = fmt.Errorf("test: source down: %w", mirror.ErrUnavailable)

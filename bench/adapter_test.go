@@ -22,7 +22,7 @@ func TestInformers_SeeTheSameChanges(t *testing.T) {
 	// ListerWatcher): a new source is at 1, its first change gets 2.
 	put := func(o *Obj) {
 		t.Helper()
-		if rev := src.Put(o); strconv.FormatInt(rev, 10) != o.ResourceVersion {
+		if rev, err := src.Put(o); err != nil || strconv.FormatInt(rev, 10) != o.ResourceVersion {
 			t.Fatalf("put %s at revision %d, but it carries version %s", o.Name, rev, o.ResourceVersion)
 		}
 	}

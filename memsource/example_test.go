@@ -17,7 +17,7 @@ type Setting struct {
 // version, as a Reflector does.
 func Example() {
 	ctx := context.Background()
-	src := memsource.New(func(s Setting) string { return s.Name }, memsource.Options{})
+	src := memsource.New(func(s Setting) (string, error) { return s.Name, nil }, memsource.Options{})
 	src.Put(Setting{"color", "blue"})
 	src.Put(Setting{"size", "L"})
 
@@ -52,7 +52,7 @@ func Example() {
 // source changes between pages.
 func ExampleSource_List() {
 	ctx := context.Background()
-	src := memsource.New(func(s Setting) string { return s.Name }, memsource.Options{})
+	src := memsource.New(func(s Setting) (string, error) { return s.Name, nil }, memsource.Options{})
 	for _, name := range []string{"a", "b", "c", "d", "e"} {
 		src.Put(Setting{name, "1"})
 	}
@@ -80,7 +80,7 @@ func ExampleSource_List() {
 // how a consumer copes.
 func ExampleSource_CutWatches() {
 	ctx := context.Background()
-	src := memsource.New(func(s Setting) string { return s.Name }, memsource.Options{})
+	src := memsource.New(func(s Setting) (string, error) { return s.Name, nil }, memsource.Options{})
 
 	w, err := src.Watch(ctx, mirror.WatchOptions{})
 	if err != nil {

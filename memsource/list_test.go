@@ -249,8 +249,8 @@ func TestList_WatchFromTheListsVersionGetsTheChangesMadeSince(t *testing.T) {
 				require.NoError(t, err)
 
 				// Between the list and the watch:
-				added := s.Put(obj{"x", 1})
-				modified := s.Put(obj{"x", 2})
+				added := must(s.Put(obj{"x", 1}))
+				modified := must(s.Put(obj{"x", 2}))
 				w := watch(t, s, mirror.WatchOptions{ResourceVersion: res.ResourceVersion})
 				for _, want := range []mirror.Event[obj]{
 					ev(mirror.EventAdded, obj{"x", 1}, int(added)),

@@ -48,7 +48,7 @@ type Options struct {
 // the same values to lists and watches, so callers must not modify an object
 // after passing it to Put. The zero value is not usable; call New.
 type Source[T any] struct {
-	key func(T) string
+	key mirror.KeyFunc[string, T]
 
 	mu      sync.Mutex
 	objects map[string]T
@@ -67,9 +67,10 @@ type Source[T any] struct {
 // New returns an empty Source at revision 1, as a new etcd cluster is: a
 // list of it reports version "1", a real position that a watch can start
 // from, whereas "0" would mean "from now" and lose the changes made in
-// between. key names an object; it must depend only on the object's
-// identity, never on its contents.
-func New[T any](key func(T) string, opts Options) *Source[T] {
+// between. key names an object, as an informer's KeyFunc does (the same
+// function can serve both); it must depend only on the object's identity,
+// never on its contents.
+func New[T any](key mirror.KeyFunc[string, T], opts Options) *Source[T] {
 	limit := opts.HistoryLimit
 	if limit <= 0 {
 		limit = DefaultHistoryLimit
@@ -85,9 +86,13 @@ func New[T any](key func(T) string, opts Options) *Source[T] {
 
 // Put creates or replaces the object with obj's key and returns the revision
 // of that change. Every call is a change, even if obj equals the stored
-// object. Open watches see it as EventAdded or EventModified.
-func (s *Source[T]) Put(obj T) (rev int64) {
-	k := s.key(obj)
+// object. Open watches see it as EventAdded or EventModified. If the key
+// function fails, Put changes nothing and returns a *mirror.KeyError.
+func (s *Source[T]) Put(obj T) (rev int64, err error) {
+	k, err := s.key(obj)
+	if err != nil {
+		return 0, &mirror.KeyError{Object: obj, Err: err}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := change[T]{key: k, typ: mirror.EventAdded, obj: obj}
@@ -96,7 +101,7 @@ func (s *Source[T]) Put(obj T) (rev int64) {
 		c.prev = prev
 	}
 	s.objects[k] = obj
-	return s.recordLocked(c)
+	return s.recordLocked(c), nil
 }
 
 // Delete removes the object stored under key and returns the revision of

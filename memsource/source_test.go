@@ -19,10 +19,18 @@ type obj struct {
 	Val int
 }
 
-func keyOf(o obj) string { return o.Key }
+func keyOf(o obj) (string, error) { return o.Key, nil }
 
 func newSource(opts memsource.Options) *memsource.Source[obj] {
 	return memsource.New(keyOf, opts)
+}
+
+// must returns the revision of a Put whose key function cannot fail.
+func must(rev int64, err error) int64 {
+	if err != nil {
+		panic(err)
+	}
+	return rev
 }
 
 // Compile-time check that Source is a ListWatcher.
@@ -38,13 +46,13 @@ func TestSource_RevisionsAreMonotonic(t *testing.T) {
 		wantRev int64
 		wantOK  bool
 	}{
-		{"create", func() (int64, bool) { return s.Put(obj{"a", 1}), true }, 2, true},
-		{"create another", func() (int64, bool) { return s.Put(obj{"b", 1}), true }, 3, true},
-		{"update", func() (int64, bool) { return s.Put(obj{"a", 2}), true }, 4, true},
-		{"update with the same value", func() (int64, bool) { return s.Put(obj{"a", 2}), true }, 5, true},
+		{"create", func() (int64, bool) { return must(s.Put(obj{"a", 1})), true }, 2, true},
+		{"create another", func() (int64, bool) { return must(s.Put(obj{"b", 1})), true }, 3, true},
+		{"update", func() (int64, bool) { return must(s.Put(obj{"a", 2})), true }, 4, true},
+		{"update with the same value", func() (int64, bool) { return must(s.Put(obj{"a", 2})), true }, 5, true},
 		{"delete", func() (int64, bool) { return s.Delete("b") }, 6, true},
 		{"delete a missing key changes nothing", func() (int64, bool) { return s.Delete("b") }, 6, false},
-		{"recreate", func() (int64, bool) { return s.Put(obj{"b", 3}), true }, 7, true},
+		{"recreate", func() (int64, bool) { return must(s.Put(obj{"b", 3})), true }, 7, true},
 	}
 	for _, st := range steps {
 		rev, ok := st.do()
@@ -186,4 +194,20 @@ func TestSource_EventsCarryTheirRevisionAsDecimal(t *testing.T) {
 			require.Equal(t, fmt.Sprint(rev), ev.ResourceVersion)
 		}
 	}
+}
+
+func TestSource_PutWithAFailingKeyChangesNothing(t *testing.T) {
+	errNoKey := errors.New("no key")
+	s := memsource.New(func(o obj) (string, error) {
+		if o.Key == "" {
+			return "", errNoKey
+		}
+		return o.Key, nil
+	}, memsource.Options{})
+	_, err := s.Put(obj{Val: 1})
+	var ke *mirror.KeyError
+	require.ErrorAs(t, err, &ke)
+	require.ErrorIs(t, err, errNoKey)
+	assert.EqualValues(t, 1, s.Revision(), "no change recorded")
+	assert.Zero(t, s.Len())
 }
