@@ -128,4 +128,3 @@ func TestCheckpointFile_FailedWriteLeavesThePreviousCheckpoint(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, entries, 1, "the temporary file is removed")
 }
-
