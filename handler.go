@@ -70,6 +70,9 @@ func (f HandlerFuncs[T]) OnDelete(obj T, finalStateUnknown bool) {
 // handler that resyncs with the informer's default period and whose
 // backlog is unbounded.
 type HandlerOptions struct {
+	// Name identifies the handler in logs and in a *HandlerPanicError.
+	Name string
+
 	// ResyncPeriod is how often the handler is offered every cached object
 	// again, as OnUpdate(obj, obj). Zero means the informer's
 	// ResyncPeriod; a negative value means never. Periods under one second
@@ -92,6 +95,9 @@ type HandlerOptions struct {
 // recovered; the notification that caused it is dropped for that handler
 // only, and the handler goes on receiving notifications.
 type HandlerPanicError struct {
+	// Handler is the handler's name (HandlerOptions.Name); empty if it
+	// has none.
+	Handler string
 	// Value is the value the handler panicked with.
 	Value any
 	// Stack is the goroutine's stack at the panic.
@@ -100,6 +106,9 @@ type HandlerPanicError struct {
 
 // Error implements error.
 func (e *HandlerPanicError) Error() string {
+	if e.Handler != "" {
+		return fmt.Sprintf("mirror: event handler %q panicked: %v", e.Handler, e.Value)
+	}
 	return fmt.Sprintf("mirror: event handler panicked: %v", e.Value)
 }
 

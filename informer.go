@@ -39,6 +39,10 @@ var (
 // InformerOptions configures an Informer. KeyFunc is required; every
 // other field has a useful zero value.
 type InformerOptions[K comparable, T any] struct {
+	// Name identifies the informer in logs, errors and metrics; it is
+	// also the Reflector's name unless Reflector.Name is set.
+	Name string
+
 	// KeyFunc computes each object's key.
 	KeyFunc KeyFunc[K, T]
 
@@ -105,10 +109,14 @@ type InformerOptions[K comparable, T any] struct {
 
 	// ErrorHandler sees every failure: failed lists and watches, objects
 	// skipped (*ObjectError, *KeyError, *IndexError) and handler panics
-	// (*HandlerPanicError). Nil means logging them at Warn through Logger.
+	// (*HandlerPanicError). Nil means logging them through Logger: at
+	// Warn, but a handler's panic at Error with the handler's name and
+	// the stack, and an error identical to one logged in the last minute
+	// only as a count the next time it is logged.
 	ErrorHandler func(err error)
 
-	// Logger receives the informer's logs; nil discards them.
+	// Logger receives the informer's logs; nil means slog.Default(). To
+	// silence them, pass slog.New(slog.DiscardHandler).
 	Logger *slog.Logger
 }
 
@@ -124,6 +132,7 @@ type Informer[K comparable, T any] struct {
 	lw      ListWatcher[T]
 	opts    InformerOptions[K, T]
 	logger  *slog.Logger
+	logs    logLimiter
 	cache   *Indexer[K, T]
 	proc    processor[K, T]
 	inOrder *inOrderQueue[K, T] // one of inOrder
@@ -159,7 +168,10 @@ func NewInformer[K comparable, T any](lw ListWatcher[T], opts InformerOptions[K,
 	}
 	logger := opts.Logger
 	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
+		logger = slog.Default()
+	}
+	if opts.Name != "" {
+		logger = logger.With("informer", opts.Name)
 	}
 	inf := &Informer[K, T]{
 		lw:       lw,
@@ -195,7 +207,7 @@ func (inf *Informer[K, T]) report(err error) {
 		inf.opts.ErrorHandler(err)
 		return
 	}
-	inf.logger.Warn("mirror: informer", "err", err)
+	inf.logs.logError(inf.logger, "mirror: informer error", err)
 }
 
 // Run lists, watches and delivers until ctx ends, then returns nil once
@@ -227,6 +239,9 @@ func (inf *Informer[K, T]) Run(ctx context.Context) error {
 	}
 	if user.Logger == nil {
 		ropts.Logger = inf.logger
+	}
+	if ropts.Name == "" {
+		ropts.Name = inf.opts.Name
 	}
 	var store ReflectorStore[T] = inf.inOrder
 	if inf.fifo != nil {

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -255,4 +256,39 @@ func (b *lockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// TestInformer_IsLoudByDefault changes slog's default logger: it must not
+// run in parallel with other tests.
+func TestInformer_IsLoudByDefault(t *testing.T) {
+	logs := &lockedBuffer{}
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(logs, nil)))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+
+	synctest.Test(t, func(t *testing.T) {
+		src := memsource.New(itemKey, memsource.Options{})
+		src.Put(item{Name: "a", Val: 1})
+		// No Logger, no ErrorHandler.
+		inf := mirror.NewInformer(src, mirror.InformerOptions[string, item]{Name: "items", KeyFunc: itemKey})
+		_, err := inf.AddEventHandler(mirror.HandlerFuncs[item]{
+			AddFunc: func(item, bool) { panic("handler bug") },
+		}, mirror.HandlerOptions{Name: "audit"})
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error)
+		go func() { done <- inf.Run(ctx) }()
+		synctest.Wait()
+		src.Put(item{Name: "b", Val: 1}) // panics again: logged once
+		synctest.Wait()
+		cancel()
+		require.NoError(t, <-done)
+	})
+	out := logs.String()
+	assert.Contains(t, out, "level=ERROR")
+	assert.Contains(t, out, "informer=items")
+	assert.Contains(t, out, "handler=audit")
+	assert.Contains(t, out, "handler bug")
+	assert.Contains(t, out, "goroutine", "the stack")
+	assert.Equal(t, 1, strings.Count(out, "level=ERROR"), "the same panic again is left out for a while")
 }

@@ -82,10 +82,12 @@ type ReflectorOptions struct {
 	// errors.Is and errors.As classify it. Calls are never concurrent, but
 	// they may come from different goroutines, so the handler must
 	// return quickly. nil means logging each error at level Warn through
-	// Logger.
+	// Logger, but an error identical to one logged in the last minute
+	// only as a count the next time it is logged.
 	ErrorHandler func(err error)
 
-	// Logger receives the Reflector's logs; nil means no logs.
+	// Logger receives the Reflector's logs; nil means slog.Default(). To
+	// silence them, pass slog.New(slog.DiscardHandler).
 	Logger *slog.Logger
 }
 
@@ -154,6 +156,7 @@ type Reflector[T any] struct {
 	pages   pageReplacer[T]   // store, if it is one
 	opts    ReflectorOptions  // defaults filled in
 	logger  *slog.Logger
+	logs    logLimiter
 	prefix  string // starts every reported error
 	onError func(error)
 
@@ -234,7 +237,7 @@ func NewReflector[T any](lw ListWatcher[T], store ReflectorStore[T], opts Reflec
 	}
 	logger := opts.Logger
 	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
+		logger = slog.Default()
 	}
 	prefix := "mirror: reflector: "
 	if opts.Name != "" {
@@ -256,7 +259,7 @@ func NewReflector[T any](lw ListWatcher[T], store ReflectorStore[T], opts Reflec
 		},
 	}
 	if r.onError == nil {
-		r.onError = func(err error) { logger.Warn("reflector error", "err", err) }
+		r.onError = func(err error) { r.logs.logError(logger, "mirror: reflector error", err) }
 	}
 	r.keyOnly, _ = store.(KeyOnlyDeleter[T])
 	r.evicter, _ = store.(Evicter[T])
