@@ -6,11 +6,12 @@
 // authentication and namespacing stay the caller's. It lists in pages pinned
 // to one revision, watches from the revision after the list, maps compaction
 // to mirror.ErrExpired (the Reflector then relists, and the queue turns the
-// keys deleted meanwhile into tombstones), and ends a watch whose member has
-// gone quiet within a bound set by Options.ProgressInterval. A value that
-// fails to decode is reported with its key and kept out of the mirror, as if
-// the key had left it without its final state being known; the rest of the
-// prefix is mirrored.
+// keys deleted meanwhile into tombstones), ends a watch whose member has gone
+// quiet within a bound set by Options.ProgressInterval, and maps a refused
+// read (permission denied, missing or wrong credentials) to
+// mirror.ErrPermanent. A value that fails to decode is reported with its key
+// and kept out of the mirror, as if the key had left it without its final
+// state being known; the rest of the prefix is mirrored.
 package etcd
 
 import (

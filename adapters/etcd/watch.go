@@ -50,7 +50,9 @@ var (
 // so does a member that stops answering, whether its connection stays up or
 // is lost: while Next waits, a watch that hears nothing from etcd for two
 // Options.ProgressInterval ends within a quarter interval more (see there).
-// A start revision that has been compacted ends it with mirror.ErrExpired.
+// A start revision that has been compacted ends it with mirror.ErrExpired;
+// a user that may not read the prefix, or a client without credentials for
+// a cluster that requires them, ends it with mirror.ErrPermanent.
 // opts.Timeout, if positive, ends it with io.EOF. opts.SendInitialEvents is
 // not supported: Watch then returns an error wrapping errors.ErrUnsupported.
 //

@@ -311,7 +311,7 @@ func TestWatcher_CanceledWatchIsClassified(t *testing.T) {
 	}{
 		{rpctypes.ErrNoLeader.Error(), mirror.ErrUnavailable},
 		{rpctypes.ErrFutureRev.Error(), mirror.ErrTooLargeResourceVersion},
-		{rpctypes.ErrPermissionDenied.Error(), rpctypes.ErrPermissionDenied},
+		{rpctypes.ErrPermissionDenied.Error(), mirror.ErrPermanent},
 	} {
 		t.Run(tc.reason, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
