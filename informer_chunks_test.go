@@ -124,9 +124,9 @@ func TestInformer_RelistIntoAFullCacheIsAppliedAsOneStep(t *testing.T) {
 			}
 			return nil
 		}
-		f.missWhileDown(func() int64 {
+		f.missWhileDown(func() {
 			f.src.Delete("e")
-			return f.src.Put(item{Name: "a", Val: 10})
+			f.src.Put(item{Name: "a", Val: 10})
 		})
 		// The relist is held after its first chunk (a=10, b): nothing of
 		// it is applied yet.

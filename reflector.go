@@ -89,10 +89,12 @@ type ReflectorOptions struct {
 	// errors.Is and errors.As classify it. Calls are never concurrent, but
 	// they may come from different goroutines, so the handler must
 	// return quickly. nil means logging each error at level Warn through
-	// Logger.
+	// Logger, but an error identical to one logged in the last minute
+	// only as a count the next time it is logged.
 	ErrorHandler func(err error)
 
-	// Logger receives the Reflector's logs; nil means no logs.
+	// Logger receives the Reflector's logs; nil means slog.Default(). To
+	// silence them, pass slog.New(slog.DiscardHandler).
 	Logger *slog.Logger
 }
 
@@ -162,6 +164,7 @@ type Reflector[T any] struct {
 	chunks  ChunkLister[T]    // lw, if it is one
 	opts    ReflectorOptions  // defaults filled in
 	logger  *slog.Logger
+	logs    logLimiter
 	prefix  string // starts every reported error
 	onError func(error)
 
@@ -190,7 +193,7 @@ type Reflector[T any] struct {
 	versionGone bool
 
 	stats   reflectorCounters
-	running atomic.Bool
+	started atomic.Bool
 	// stampDue says that the next event reads the clock (see confirmed);
 	// stampTimer sets it.
 	stampDue   atomic.Bool
@@ -248,7 +251,7 @@ func NewReflector[T any](lw ListWatcher[T], store ReflectorStore[T], opts Reflec
 	}
 	logger := opts.Logger
 	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
+		logger = slog.Default()
 	}
 	prefix := "mirror: reflector: "
 	if opts.Name != "" {
@@ -270,7 +273,7 @@ func NewReflector[T any](lw ListWatcher[T], store ReflectorStore[T], opts Reflec
 		},
 	}
 	if r.onError == nil {
-		r.onError = func(err error) { logger.Warn("reflector error", "err", err) }
+		r.onError = func(err error) { r.logs.logError(logger, "mirror: reflector error", err) }
 	}
 	r.keyOnly, _ = store.(KeyOnlyDeleter[T])
 	r.evicter, _ = store.(Evicter[T])
@@ -304,19 +307,14 @@ func (r *Reflector[T]) Stats() ReflectorStats {
 }
 
 // Run lists and watches until ctx is done, then returns once every
-// goroutine it started has stopped and it no longer uses the store. It
-// resets the counters of Stats when it starts. Run may be called again
-// after it returned; it then lists from the last version it saw. A call
-// made while Run is running reports an error and returns at once.
+// goroutine it started has stopped and it no longer uses the store. A
+// Reflector runs once, as an Informer does: a second call, whether the
+// first is still running or has returned, reports an error wrapping
+// ErrStarted and returns at once.
 func (r *Reflector[T]) Run(ctx context.Context) {
-	if !r.running.CompareAndSwap(false, true) {
-		r.report(r.errorf("Run called while already running"))
+	if !r.started.CompareAndSwap(false, true) {
+		r.report(r.errorf("Run: %w", ErrStarted))
 		return
-	}
-	defer r.running.Store(false)
-	for _, c := range []*atomic.Int64{&r.stats.lists, &r.stats.relists, &r.stats.watches,
-		&r.stats.watchRestarts, &r.stats.events, &r.stats.errors} {
-		c.Store(0)
 	}
 	defer r.startStamps()()
 	r.logger.Info("reflector started")

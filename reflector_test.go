@@ -728,16 +728,21 @@ func TestReflector_RunReturnsPromptlyWhenContextEnds(t *testing.T) {
 	}
 }
 
-func TestReflector_RunWhileRunningReturnsAtOnce(t *testing.T) {
+func TestReflector_RunsOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newRig(ReflectorOptions{})
 		g.start(t)
 		synctest.Wait()
 		g.r.Run(t.Context()) // returns at once: the test would deadlock otherwise
 		require.Len(t, g.errs.Errors(), 1)
-		assert.ErrorContains(t, g.errs.Errors()[0], "already running")
+		assert.ErrorIs(t, g.errs.Errors()[0], ErrStarted)
 		assert.Len(t, g.lw.Lists(), 1)
 		g.stopRun()
+
+		g.r.Run(t.Context()) // after the first returned: the same
+		require.Len(t, g.errs.Errors(), 2)
+		assert.ErrorIs(t, g.errs.Errors()[1], ErrStarted)
+		assert.Len(t, g.lw.Lists(), 1)
 	})
 }
 
