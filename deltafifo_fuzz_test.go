@@ -38,6 +38,65 @@ type deltaModel struct {
 	populated bool
 	initial   int
 	synced    bool
+
+	// list is a list taken chunk by chunk (listChunk, listDone,
+	// listFailed), while one is in progress.
+	list *modelList
+}
+
+// modelList is a list in chunks: streamed (queued as it comes) if the
+// queue and KnownObjects were empty when it began, kept for one replace
+// at its end otherwise.
+type modelList struct {
+	streaming bool
+	listed    map[string]bool // streaming: the keys listed so far
+	kept      []obj           // otherwise: the objects so far
+}
+
+func (m *deltaModel) listChunk(chunk []obj) {
+	if m.list == nil {
+		m.list = &modelList{streaming: len(m.queue) == 0 && len(m.known) == 0, listed: map[string]bool{}}
+	}
+	if !m.list.streaming {
+		m.list.kept = append(m.list.kept, chunk...)
+		return
+	}
+	typ := Sync
+	if m.emitReplaced {
+		typ = Replaced
+	}
+	before := len(m.queue)
+	for _, o := range chunk {
+		if o.name == "bad" {
+			continue
+		}
+		m.list.listed[o.name] = true
+		if o, ok := m.enter(o); ok {
+			m.push(o.name, Delta[obj]{Type: typ, Object: o})
+		}
+	}
+	if !m.populated {
+		m.initial += len(m.queue) - before
+	}
+}
+
+func (m *deltaModel) listDone() {
+	l := m.list
+	m.list = nil
+	if l == nil {
+		l = &modelList{streaming: len(m.queue) == 0 && len(m.known) == 0, listed: map[string]bool{}}
+	}
+	if !l.streaming {
+		m.replace(l.kept)
+		return
+	}
+	for _, k := range slices.Clone(m.queue) {
+		if !l.listed[k] {
+			ds := m.items[k]
+			m.push(k, Delta[obj]{Type: Deleted, Object: ds[len(ds)-1].Object, Tombstone: true})
+		}
+	}
+	m.populate()
 }
 
 func (m *deltaModel) populate() {
@@ -216,6 +275,13 @@ const (
 	opPopRequeue
 	opAddIfNotPresent // re-adds the last popped deltas
 	opPopBatch
+	// A list in chunks, as an informer's Reflector hands it over: while
+	// one is in progress, the operations of other producers (and
+	// requeues, which an informer never makes) are skipped, as the
+	// Reflector makes one call at a time; pops go on.
+	opListChunk
+	opListDone
+	opListFail
 	numOps
 )
 
@@ -255,6 +321,14 @@ func runModelScenario(t *testing.T, data []byte) {
 	for i := 0; i+1 < len(data); i += 2 {
 		op, arg := int(data[i])%numOps, data[i+1]
 		rv++
+		if m.list != nil {
+			switch op {
+			case opAdd, opUpdate, opDelete, opReplace, opResync, opPopRequeue, opAddIfNotPresent:
+				continue
+			case opPopBatch:
+				arg &^= 0x80 // no requeue
+			}
+		}
 		o := obj{modelKeys[int(arg)%len(modelKeys)], rv}
 		desc := fmt.Sprintf("op %d (%d, %d)", i/2, op, arg)
 
@@ -300,20 +374,22 @@ func runModelScenario(t *testing.T, data []byte) {
 			_ = f.Delete(o)
 			m.delete(o)
 		case opReplace:
-			var list []obj
-			for b, k := range modelKeys {
-				if arg&(1<<b) != 0 {
-					list = append(list, obj{k, rv})
-				}
-			}
-			if arg&0x40 != 0 && len(list) > 0 {
-				list = append(list, list[0]) // a key listed twice
-			}
+			list := listArg(arg, rv)
 			err := f.Replace(list, "")
 			if !m.transform && !slices.ContainsFunc(list, func(o obj) bool { return o.name == "bad" }) {
 				require.NoError(t, err, desc)
 			}
 			m.replace(list)
+		case opListChunk:
+			chunk := listArg(arg, rv)
+			_ = f.listChunk(chunk)
+			m.listChunk(chunk)
+		case opListDone:
+			_ = f.listDone()
+			m.listDone()
+		case opListFail:
+			f.listFailed()
+			m.list = nil
 		case opResync:
 			require.NoError(t, f.Resync(), desc)
 			m.resync()
@@ -380,6 +456,21 @@ func runModelScenario(t *testing.T, data []byte) {
 	}
 }
 
+// listArg is the list arg names: a bit per key of modelKeys, and with
+// 0x40 the first of them listed twice.
+func listArg(arg byte, rv int) []obj {
+	var list []obj
+	for b, k := range modelKeys {
+		if arg&(1<<b) != 0 {
+			list = append(list, obj{k, rv})
+		}
+	}
+	if arg&0x40 != 0 && len(list) > 0 {
+		list = append(list, list[0]) // a key listed twice
+	}
+	return list
+}
+
 func TestDeltaFIFO_MatchesModel(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
 	for i := range 400 {
@@ -410,6 +501,12 @@ func FuzzDeltaFIFO(f *testing.F) {
 		{cfgTransform, opAdd, 1, opDelete, 1, opReplace, 0, opReplace, 0, opDelete, 1, opPopBatch, 0x83, opPopBatch, 3},
 		// Bad keys everywhere, and AddIfNotPresent of popped deltas.
 		{cfgKnown, opAdd, 5, opReplace, 0b100001, opPop, 0, opAddIfNotPresent, 0, opUpdate, 0, opAddIfNotPresent, 0},
+		// A first list in chunks, popped as it comes, then a relist in
+		// chunks into the known objects it filled.
+		{cfgKnown | cfgEmitReplaced, opListChunk, 0b11, opPop, 0, opListChunk, 0b100, opListDone, 0, opPop, 0,
+			opListChunk, 0b110, opListDone, 0, opPopBatch, 3, opPopBatch, 3},
+		// A streamed list that fails, then one kept whole.
+		{cfgKnown | cfgTransform, opListChunk, 0b1111, opPop, 0, opListFail, 0, opListChunk, 0b1, opListDone, 0, opPopBatch, 3},
 	}
 	for _, s := range seeds {
 		f.Add(s)
