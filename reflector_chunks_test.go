@@ -3,10 +3,13 @@ package mirror
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -126,6 +129,73 @@ func TestReflector_CompactionInTheMiddleOfTheNewestStateReadsItInOneRequest(t *t
 		for _, err := range errs {
 			assert.ErrorIs(t, err, ErrExpired)
 		}
+		g.stopRun()
+	})
+}
+
+// chunkStore is a recStore that takes lists in chunks (listApplier) and
+// logs them: "chunk [a=1 b=1]", "done@7", "failed".
+type chunkStore struct{ *recStore }
+
+func (s chunkStore) listChunk(items []tobj) error {
+	names := make([]string, len(items))
+	for i, o := range items {
+		names[i] = o.String()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.log = append(s.log, fmt.Sprintf("chunk [%s]", strings.Join(names, " ")))
+	return nil
+}
+
+func (s chunkStore) listDone(rv string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.log = append(s.log, "done@"+rv)
+	return nil
+}
+
+func (s chunkStore) listFailed() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.log = append(s.log, "failed")
+}
+
+func newChunkStoreRig(opts ReflectorOptions) (*reflectorRig, *fakeChunkLW) {
+	lw := newFakeChunkLW()
+	store := newRecStore()
+	g := &reflectorRig{lw: lw.fakeLW, store: store, errs: &errLog{}}
+	opts.ErrorHandler = g.errs.handle
+	g.r = NewReflector[tobj](lw, chunkStore{store}, opts)
+	return g, lw
+}
+
+func TestReflector_HandsAListApplierEachChunkAsItComes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g, lw := newChunkStoreRig(ReflectorOptions{PageSize: 3, InitialBackoff: time.Second, Jitter: noJitter})
+		lw.chunked("5", errSrcUnavailable, []tobj{{"a", "1"}})
+		lw.chunked("6", nil, []tobj{{"a", "2"}, {"b", "1"}}, []tobj{{"c", "1"}})
+		g.runFor(t, time.Minute)
+		assert.Equal(t, []string{"chunk [a=1]", "failed", "chunk [a=2 b=1]", "chunk [c=1]", "done@6"}, g.store.Log())
+		assert.Equal(t, []ListOptions{{ResourceVersion: "0", Limit: 3}, {ResourceVersion: "5", Limit: 3}}, lw.chunkCalls(),
+			"after a list that failed midway, the next is read at its version or newer")
+		g.stopRun()
+	})
+}
+
+func TestReflector_StreamingListHandsChunksOnlyWhenItsRetryCannotGoBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g, _ := newChunkStoreRig(ReflectorOptions{StreamingList: true, PageSize: 2, WatchTimeout: time.Minute})
+		// The first streaming list is read consistently: in chunks.
+		g.lw.watch(addedEvent("a", "1", "5"), addedEvent("b", "1", "5"), addedEvent("c", "1", "5"),
+			initialEnd("8"), end(errSrcExpired))
+		// The relist after the expired watch is read at the last
+		// version: handed over whole at its end.
+		g.lw.watch(addedEvent("a", "2", "9"), addedEvent("b", "2", "9"), addedEvent("c", "2", "9"), initialEnd("10"))
+		g.start(t)
+		synctest.Wait()
+		assert.Equal(t, []string{"chunk [a=1 b=1]", "chunk [c=1]", "done@8", "replace@10 [a=2 b=2 c=2]"}, g.store.Log())
+		assert.Equal(t, []string{"", "8"}, g.lw.WatchVersions())
 		g.stopRun()
 	})
 }
