@@ -44,7 +44,8 @@ type Delta[T any] struct {
 	// Object is the state after the change; for Deleted, the last state
 	// known.
 	Object T
-	Type   DeltaType
+	// Type says what happened.
+	Type DeltaType
 	// Tombstone is set on a Deleted delta that a relist inferred: the
 	// source no longer lists the object, but the deletion itself was never
 	// seen, so Object is the last state known here and the object's final

@@ -16,8 +16,13 @@ type PopFunc[K comparable, T any] func(key K, deltas Deltas[T], isInInitialList 
 
 // QueuedDeltas is one popped key in a batch (see DeltaFIFO.PopBatch).
 type QueuedDeltas[K comparable, T any] struct {
-	Key             K
-	Deltas          Deltas[T]
+	// Key is the popped key.
+	Key K
+	// Deltas are its pending deltas, oldest first. They belong to the
+	// consumer, who may keep them.
+	Deltas Deltas[T]
+	// IsInInitialList reports that they belong to the initial list (see
+	// DeltaFIFO.HasSynced).
 	IsInInitialList bool
 }
 
@@ -144,7 +149,9 @@ func (f *DeltaFIFO[K, T]) add(typ DeltaType, obj T) error {
 // Delete queues a Deleted delta for obj, unless the key is neither queued
 // nor in KnownObjects: then the deletion was already reported (by a
 // relist's tombstone, say) and a second report would be false. Of two
-// deletions in a row only one is kept (see Replace). If the key function
+// deletions in a row only one is kept: a real deletion rather than a
+// tombstone, and of two real deletions the newer, which carries the later
+// state. client-go's DeltaFIFO keeps the older of two real deletions. If the key function
 // fails, Delete returns the *KeyError and changes nothing. If the
 // transformer fails, the deletion is still queued, as DeleteKeyOnly queues
 // it, and Delete returns the error: the object is gone whatever its last
@@ -290,7 +297,9 @@ func (f *DeltaFIFO[K, T]) requeueLocked(key K, deltas Deltas[T]) {
 // key's newest queued object, and, with KnownObjects, for every known key
 // that the list lacks and that is not queued, carrying the known object:
 // those objects left the source while nobody watched. A tombstone that
-// follows a queued deletion is dropped, as the deletion already says it.
+// follows a queued deletion is dropped, as the deletion already says it;
+// of two real deletions in a row the newer is kept (client-go keeps the
+// older), so the consumer learns the latest state the source reported.
 //
 // Objects whose key cannot be computed are skipped. An object whose
 // transform fails is skipped too, but its key counts as listed, so it gets
@@ -502,9 +511,11 @@ func (f *DeltaFIFO[K, T]) popLocked() (K, Deltas[T], bool) {
 
 // HasSynced reports whether the queue has handed out its initial list:
 // every key queued when the first Replace returned (its listed objects and
-// its tombstones) has been popped, or Add, Update, Delete or
-// AddIfNotPresent was called before any Replace. Once true it stays true.
-// It does not take the lock.
+// its tombstones) has been popped, or, before any Replace, an Add or
+// Update queued a delta or Delete, DeleteKeyOnly, Evict or AddIfNotPresent
+// was called. A call that fails on its key, or an Add or Update whose
+// transform fails, does not count. Once true it stays true. It does not
+// take the lock.
 func (f *DeltaFIFO[K, T]) HasSynced() bool { return f.initial.synced.Load() }
 
 // processedInitial is HasSynced read under the queue's lock. Pop and

@@ -17,7 +17,7 @@ type service struct {
 // Example mirrors a versioned source into an indexed cache and reacts to
 // changes. memsource stands in for etcd or Kubernetes here.
 func Example() {
-	src := memsource.New(func(s service) string { return s.Name }, memsource.Options{})
+	src := memsource.New(func(s service) (string, error) { return s.Name, nil }, memsource.Options{})
 	src.Put(service{Name: "api", Zone: "eu", Port: 443})
 	src.Put(service{Name: "db", Zone: "eu", Port: 5432})
 
@@ -77,7 +77,7 @@ func Example() {
 // queue's KnownObjects, so the queue can tell which deletions are news. An
 // Informer does all of this for you.
 func ExampleReflector() {
-	src := memsource.New(func(s service) string { return s.Name }, memsource.Options{})
+	src := memsource.New(func(s service) (string, error) { return s.Name, nil }, memsource.Options{})
 	src.Put(service{Name: "api", Zone: "eu", Port: 443})
 	src.Put(service{Name: "db", Zone: "eu", Port: 5432})
 
@@ -123,5 +123,5 @@ func ExampleReflector() {
 	// api Sync (initial list: true)
 	// db Sync (initial list: true)
 	// api Deleted (initial list: false)
-	// cached: [db] at version 3
+	// cached: [db] at version 4
 }

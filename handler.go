@@ -25,17 +25,23 @@ type Handler[T any] interface {
 	// event carried, or, if that held only the key (Event.KeyOnly, as
 	// from the etcd adapter), the state the cache held, which the watch
 	// kept current up to the deletion. finalStateUnknown reports that the
-	// deletion was inferred by a relist, not observed; obj is then the
-	// last state the cache held, which may be older than the object's
-	// real final state.
+	// object left the mirror without its deletion being observed: a
+	// relist no longer lists it, its key now names another object (see
+	// InformerOptions.SameObject), or the source holds a state of it the
+	// mirror cannot represent (a value that fails to decode; see
+	// EventError). obj is then the last state the cache held, which may be
+	// older than the object's real final state.
 	OnDelete(obj T, finalStateUnknown bool)
 }
 
 // HandlerFuncs adapts functions to a Handler. A nil function ignores its
 // notifications.
 type HandlerFuncs[T any] struct {
-	AddFunc    func(obj T, isInInitialList bool)
+	// AddFunc, if set, is called for OnAdd.
+	AddFunc func(obj T, isInInitialList bool)
+	// UpdateFunc, if set, is called for OnUpdate.
 	UpdateFunc func(oldObj, newObj T)
+	// DeleteFunc, if set, is called for OnDelete.
 	DeleteFunc func(obj T, finalStateUnknown bool)
 }
 
@@ -64,6 +70,9 @@ func (f HandlerFuncs[T]) OnDelete(obj T, finalStateUnknown bool) {
 // handler that resyncs with the informer's default period and whose
 // backlog is unbounded.
 type HandlerOptions struct {
+	// Name identifies the handler in logs and in a *HandlerPanicError.
+	Name string
+
 	// ResyncPeriod is how often the handler is offered every cached object
 	// again, as OnUpdate(obj, obj). Zero means the informer's
 	// ResyncPeriod; a negative value means never. Periods under one second
@@ -86,6 +95,9 @@ type HandlerOptions struct {
 // recovered; the notification that caused it is dropped for that handler
 // only, and the handler goes on receiving notifications.
 type HandlerPanicError struct {
+	// Handler is the handler's name (HandlerOptions.Name); empty if it
+	// has none.
+	Handler string
 	// Value is the value the handler panicked with.
 	Value any
 	// Stack is the goroutine's stack at the panic.
@@ -94,6 +106,9 @@ type HandlerPanicError struct {
 
 // Error implements error.
 func (e *HandlerPanicError) Error() string {
+	if e.Handler != "" {
+		return fmt.Sprintf("mirror: event handler %q panicked: %v", e.Handler, e.Value)
+	}
 	return fmt.Sprintf("mirror: event handler panicked: %v", e.Value)
 }
 

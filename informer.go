@@ -27,9 +27,9 @@ const (
 
 // Lifecycle errors of an Informer.
 var (
-	// ErrStarted is returned by Informer.Run when the informer was run
-	// before.
-	ErrStarted = errors.New("mirror: informer already started")
+	// ErrStarted is returned by Informer.Run, and reported by
+	// Reflector.Run, when it was run before: each runs once.
+	ErrStarted = errors.New("mirror: already started")
 
 	// ErrStopped is returned by Informer.AddEventHandler once Run's
 	// context has ended: the handler would never be called.
@@ -39,6 +39,10 @@ var (
 // InformerOptions configures an Informer. KeyFunc is required; every
 // other field has a useful zero value.
 type InformerOptions[K comparable, T any] struct {
+	// Name identifies the informer in logs, errors and metrics; it is
+	// also the Reflector's name unless Reflector.Name is set.
+	Name string
+
 	// KeyFunc computes each object's key.
 	KeyFunc KeyFunc[K, T]
 
@@ -94,16 +98,25 @@ type InformerOptions[K comparable, T any] struct {
 	SyncFailureLimit int
 
 	// Reflector tunes listing and watching (page size, backoff, watch
-	// timeout, streaming lists). Its ResyncPeriod, ShouldResync,
-	// ErrorHandler and Logger are set by the informer.
+	// timeout, streaming lists). The informer adds to the fields it also
+	// sets, never overriding them: Logger, if set, receives the
+	// Reflector's logs instead of the informer's Logger; ErrorHandler,
+	// if set, sees the Reflector's errors after the informer's own
+	// ErrorHandler; ResyncPeriod, if set, makes the informer check for
+	// due handlers at least that often; ShouldResync, if set, can veto a
+	// resync.
 	Reflector ReflectorOptions
 
 	// ErrorHandler sees every failure: failed lists and watches, objects
 	// skipped (*ObjectError, *KeyError, *IndexError) and handler panics
-	// (*HandlerPanicError). Nil means logging them at Warn through Logger.
+	// (*HandlerPanicError). Nil means logging them through Logger: at
+	// Warn, but a handler's panic at Error with the handler's name and
+	// the stack, and an error identical to one logged in the last minute
+	// only as a count the next time it is logged.
 	ErrorHandler func(err error)
 
-	// Logger receives the informer's logs; nil discards them.
+	// Logger receives the informer's logs; nil means slog.Default(). To
+	// silence them, pass slog.New(slog.DiscardHandler).
 	Logger *slog.Logger
 }
 
@@ -119,6 +132,7 @@ type Informer[K comparable, T any] struct {
 	lw      ListWatcher[T]
 	opts    InformerOptions[K, T]
 	logger  *slog.Logger
+	logs    logLimiter
 	cache   *Indexer[K, T]
 	proc    processor[K, T]
 	inOrder *inOrderQueue[K, T] // one of inOrder
@@ -154,7 +168,10 @@ func NewInformer[K comparable, T any](lw ListWatcher[T], opts InformerOptions[K,
 	}
 	logger := opts.Logger
 	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
+		logger = slog.Default()
+	}
+	if opts.Name != "" {
+		logger = logger.With("informer", opts.Name)
 	}
 	inf := &Informer[K, T]{
 		lw:       lw,
@@ -190,7 +207,7 @@ func (inf *Informer[K, T]) report(err error) {
 		inf.opts.ErrorHandler(err)
 		return
 	}
-	inf.logger.Warn("mirror: informer", "err", err)
+	inf.logs.logError(inf.logger, "mirror: informer error", err)
 }
 
 // Run lists, watches and delivers until ctx ends, then returns nil once
@@ -203,13 +220,29 @@ func (inf *Informer[K, T]) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
+	ropts, user := inf.opts.Reflector, inf.opts.Reflector
 	period := inf.minResyncPeriod()
+	if user.ResyncPeriod > 0 && (period == 0 || user.ResyncPeriod < period) {
+		period = user.ResyncPeriod
+	}
 	inf.resyncPeriod.Store(int64(period))
-	ropts := inf.opts.Reflector
 	ropts.ResyncPeriod = period
-	ropts.ShouldResync = func() bool { return inf.proc.shouldResync(time.Now()) }
+	ropts.ShouldResync = func() bool {
+		return (user.ShouldResync == nil || user.ShouldResync()) && inf.proc.shouldResync(time.Now())
+	}
 	ropts.ErrorHandler = inf.report
-	ropts.Logger = inf.logger
+	if user.ErrorHandler != nil {
+		ropts.ErrorHandler = func(err error) {
+			inf.report(err)
+			user.ErrorHandler(err)
+		}
+	}
+	if user.Logger == nil {
+		ropts.Logger = inf.logger
+	}
+	if ropts.Name == "" {
+		ropts.Name = inf.opts.Name
+	}
 	var store ReflectorStore[T] = inf.inOrder
 	if inf.fifo != nil {
 		store = fifoSyncWatch[K, T]{inf}

@@ -23,7 +23,7 @@ func BenchmarkInformer_EndToEnd(b *testing.B) {
 	for _, q := range queueKinds {
 		for _, handlers := range []int{1, 16} {
 			b.Run(fmt.Sprintf("%s/handlers=%d", q.name, handlers), func(b *testing.B) {
-				src := memsource.New(itemName, memsource.Options{HistoryLimit: 4 * batch})
+				src := memsource.New(itemKey, memsource.Options{HistoryLimit: 4 * batch})
 				names := make([]string, keys)
 				for i := range names {
 					names[i] = "k" + strconv.Itoa(i)
@@ -98,7 +98,7 @@ func BenchmarkInformer_WatchBursts(b *testing.B) {
 	for _, gap := range []time.Duration{time.Millisecond, 0} {
 		for _, side := range []string{"informer", "watch"} {
 			b.Run(fmt.Sprintf("gap=%v/side=%s", gap, side), func(b *testing.B) {
-				src := memsource.New(func(o burstKV) string { return o.Key }, memsource.Options{HistoryLimit: 4 * puts})
+				src := memsource.New(func(o burstKV) (string, error) { return o.Key, nil }, memsource.Options{HistoryLimit: 4 * puts})
 				names := make([]string, keys)
 				for i := range names {
 					names[i] = fmt.Sprintf("/bench/watch/%08d", i)

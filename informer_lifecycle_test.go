@@ -1,9 +1,14 @@
 package mirror_test
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -67,7 +72,7 @@ func TestInformer_HandlersAddedAndRemovedWhileRunReturnsAreNeverCalledAfter(t *t
 	for _, q := range queueKinds {
 		t.Run(q.name, func(t *testing.T) {
 			for round := range rounds {
-				src := memsource.New(itemName, memsource.Options{})
+				src := memsource.New(itemKey, memsource.Options{})
 				for i := range 20 {
 					src.Put(item{Name: fmt.Sprint(i), Val: i})
 				}
@@ -152,7 +157,7 @@ func (s *refusingSource) List(ctx context.Context, opts mirror.ListOptions) (mir
 func TestInformer_SourceThatRefusesForGoodEndsTheWaitForSync(t *testing.T) {
 	errForbidden := fmt.Errorf("source: 403 forbidden: %w", mirror.ErrPermanent)
 	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-		src := &refusingSource{Source: memsource.New(itemName, memsource.Options{}), err: errForbidden}
+		src := &refusingSource{Source: memsource.New(itemKey, memsource.Options{}), err: errForbidden}
 		src.Put(item{Name: "a", Val: 1})
 		f := newFixtureOver(t, kind, func(*memsource.Source[item]) mirror.ListWatcher[item] { return src }, nil)
 		reg, err := f.inf.AddEventHandler(&recorder{}, mirror.HandlerOptions{})
@@ -182,7 +187,7 @@ func TestInformer_SourceThatRefusesForGoodEndsTheWaitForSync(t *testing.T) {
 
 func TestInformer_TransientFailuresNeverEndTheWaitForSync(t *testing.T) {
 	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-		src := &refusingSource{Source: memsource.New(itemName, memsource.Options{}),
+		src := &refusingSource{Source: memsource.New(itemKey, memsource.Options{}),
 			err: fmt.Errorf("source: no leader: %w", mirror.ErrUnavailable)}
 		f := newFixtureOver(t, kind, func(*memsource.Source[item]) mirror.ListWatcher[item] { return src },
 			func(o *mirror.InformerOptions[string, item]) { o.SyncFailureLimit = 1 })
@@ -195,4 +200,95 @@ func TestInformer_TransientFailuresNeverEndTheWaitForSync(t *testing.T) {
 		assert.NoError(t, f.inf.SyncErr())
 		f.stop()
 	})
+}
+
+func TestInformer_ReflectorOptionsAddToTheInformersNeverReplaceThem(t *testing.T) {
+	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
+		reflectorErrs := &errorLog{}
+		var vetoes atomic.Int64
+		logs := &lockedBuffer{}
+		f := newFixture(t, kind, func(o *mirror.InformerOptions[string, item]) {
+			o.ResourceVersion = func(it item) string { return strconv.Itoa(it.Val) }
+			o.Reflector.ErrorHandler = reflectorErrs.add
+			o.Reflector.Logger = slog.New(slog.NewTextHandler(logs, nil))
+			o.Reflector.ResyncPeriod = 10 * time.Second
+			o.Reflector.ShouldResync = func() bool {
+				vetoes.Add(1)
+				return false
+			}
+		})
+		f.src.Put(item{Name: "a", Val: 1})
+		rec := &recorder{}
+		_, err := f.inf.AddEventHandler(rec, mirror.HandlerOptions{ResyncPeriod: 5 * time.Second})
+		require.NoError(t, err)
+		f.start()
+		f.synced()
+		rec.take()
+
+		f.src.FailNext(1, errors.New("boom"))
+		f.src.CutWatches()
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		// Both error handlers saw the failures.
+		require.NotEmpty(t, reflectorErrs.all())
+		assert.Equal(t, f.errs.all(), reflectorErrs.all())
+		// The handler's 5s period sets the pace; the veto holds.
+		assert.GreaterOrEqual(t, vetoes.Load(), int64(5))
+		assert.Empty(t, rec.take(), "every resync vetoed")
+		f.stop()
+		assert.Contains(t, logs.String(), "reflector started", "the Reflector's own logger")
+	})
+}
+
+// lockedBuffer is a bytes.Buffer safe for concurrent writers.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestInformer_IsLoudByDefault changes slog's default logger: it must not
+// run in parallel with other tests.
+func TestInformer_IsLoudByDefault(t *testing.T) {
+	logs := &lockedBuffer{}
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(logs, nil)))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+
+	synctest.Test(t, func(t *testing.T) {
+		src := memsource.New(itemKey, memsource.Options{})
+		src.Put(item{Name: "a", Val: 1})
+		// No Logger, no ErrorHandler.
+		inf := mirror.NewInformer(src, mirror.InformerOptions[string, item]{Name: "items", KeyFunc: itemKey})
+		_, err := inf.AddEventHandler(mirror.HandlerFuncs[item]{
+			AddFunc: func(item, bool) { panic("handler bug") },
+		}, mirror.HandlerOptions{Name: "audit"})
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error)
+		go func() { done <- inf.Run(ctx) }()
+		synctest.Wait()
+		src.Put(item{Name: "b", Val: 1}) // panics again: logged once
+		synctest.Wait()
+		cancel()
+		require.NoError(t, <-done)
+	})
+	out := logs.String()
+	assert.Contains(t, out, "level=ERROR")
+	assert.Contains(t, out, "informer=items")
+	assert.Contains(t, out, "handler=audit")
+	assert.Contains(t, out, "handler bug")
+	assert.Contains(t, out, "goroutine", "the stack")
+	assert.Equal(t, 1, strings.Count(out, "level=ERROR"), "the same panic again is left out for a while")
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 
@@ -87,12 +88,12 @@ func TestInformer_UndecodableValueLeavesTheMirrorAsAnUnknownDeletion(t *testing.
 		assert.Equal(t, []string{"add a=2 initial=false"}, rendered(rec.take()))
 
 		// The same through a relist: b turns bad while the watch is down.
-		f.missWhileDown(func() int64 { return f.src.Put(item{Name: "b", Val: -1}) })
+		f.missWhileDown(func() { f.src.Put(item{Name: "b", Val: -1}) })
 		assert.Equal(t, []string{"delete b=1 unknown=true"}, rendered(rec.take()))
 		assert.Equal(t, map[string]int{"a": 2}, f.cacheState())
 
 		// Another relist meets b's bad value again: nothing new.
-		f.missWhileDown(func() int64 { return f.src.Put(item{Name: "c", Val: 1}) })
+		f.missWhileDown(func() { f.src.Put(item{Name: "c", Val: 1}) })
 		assert.Equal(t, []string{"add c=1 initial=false"}, rendered(rec.take()))
 
 		var bad []string
@@ -122,12 +123,11 @@ func TestInformer_RecreatedKeyIsADeleteThenAnAddNeverAnUpdate(t *testing.T) {
 
 		// While the watch is down, recreated is deleted and created
 		// again, and the history that would tell is compacted away.
-		f.missWhileDown(func() int64 {
+		f.missWhileDown(func() {
 			f.src.Put(item{Name: "changed", Val: 2, Gen: 1})
 			f.src.Delete("recreated")
 			f.src.Put(item{Name: "recreated", Val: 1, Gen: 2})
-			_, _ = f.src.Delete("gone")
-			return f.src.Revision()
+			f.src.Delete("gone")
 		})
 		evs := rec.take()
 		assert.Equal(t, []string{
@@ -151,6 +151,25 @@ func TestInformer_RecreatedKeyIsADeleteThenAnAddNeverAnUpdate(t *testing.T) {
 		assert.Equal(t, []string{"delete kept=1 unknown=true", "add kept=5 initial=false"}, rendered(rec.take()))
 		got, _ := f.inf.GetByKey("kept")
 		assert.Equal(t, 7, got.Gen)
+		f.stop()
+	})
+}
+
+func TestInformer_FreshnessFollowsTheSource(t *testing.T) {
+	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
+		f := newFixture(t, kind, nil)
+		assert.Zero(t, f.inf.Freshness())
+		f.src.Put(item{Name: "a", Val: 1})
+		f.startRecording()
+		listed := time.Now()
+		assert.Equal(t, mirror.Freshness{ResourceVersion: strconv.FormatInt(f.src.Revision(), 10), ConfirmedAt: listed},
+			f.inf.Freshness())
+
+		time.Sleep(time.Minute)
+		f.src.Bookmark()
+		synctest.Wait()
+		assert.Equal(t, mirror.Freshness{ResourceVersion: strconv.FormatInt(f.src.Revision(), 10), ConfirmedAt: time.Now()},
+			f.inf.Freshness())
 		f.stop()
 	})
 }

@@ -170,7 +170,7 @@ func newFixture(t *testing.T, kind mirror.QueueKind, configure func(*mirror.Info
 // newFixtureOver is newFixture whose informer reads the memsource through
 // wrap, if not nil.
 func newFixtureOver(t *testing.T, kind mirror.QueueKind, wrap func(*memsource.Source[item]) mirror.ListWatcher[item], configure func(*mirror.InformerOptions[string, item])) *fixture {
-	f := &fixture{t: t, src: memsource.New(itemName, memsource.Options{}), errs: &errorLog{}}
+	f := &fixture{t: t, src: memsource.New(itemKey, memsource.Options{}), errs: &errorLog{}}
 	var lw mirror.ListWatcher[item] = f.src
 	if wrap != nil {
 		lw = wrap(f.src)
@@ -222,13 +222,14 @@ func (f *fixture) synced() {
 }
 
 // missWhileDown has the informer miss what change does: its watch is cut
-// and the next call fails, change runs, and the history up to the revision
-// change returns is compacted, so that only a relist can find out. It
+// and the next call fails, change runs, and the history is compacted up to
+// the source's revision after it, so that only a relist can find out. It
 // returns once fake time has passed any backoff and the informer is idle.
-func (f *fixture) missWhileDown(change func() (rev int64)) {
+func (f *fixture) missWhileDown(change func()) {
 	f.src.FailNext(1, fmt.Errorf("test: down: %w", mirror.ErrUnavailable))
 	f.src.CutWatches()
-	f.src.Compact(change())
+	change()
+	f.src.Compact(f.src.Revision())
 	time.Sleep(time.Minute)
 	synctest.Wait()
 }
@@ -292,9 +293,9 @@ func TestInformer_RelistDeliversTombstonesForMissedDeletes(t *testing.T) {
 		// While the watch is down, b is deleted and c changed, and
 		// the history that would tell is compacted away: only a
 		// relist can find out.
-		f.missWhileDown(func() int64 {
+		f.missWhileDown(func() {
 			f.src.Delete("b")
-			return f.src.Put(item{Name: "c", Val: 2})
+			f.src.Put(item{Name: "c", Val: 2})
 		})
 
 		assert.Equal(t, []string{"delete b=1 unknown=true", "update c 1->2"}, sorted(rec.take()))
@@ -676,7 +677,7 @@ func TestInformer_FailingTransformLeavesTheChangeOutButNeverADeletion(t *testing
 
 		// A relist that lists a and c in states that fail keeps what the
 		// cache holds for them: they are not gone.
-		f.missWhileDown(func() int64 { return f.src.Put(item{Name: "c", Val: -3}) })
+		f.missWhileDown(func() { f.src.Put(item{Name: "c", Val: -3}) })
 		assert.Empty(t, rendered(rec.take()))
 		assert.Equal(t, map[string]int{"a": 1, "c": 3}, f.cacheState())
 
@@ -723,9 +724,9 @@ func TestInformer_ListReadInPagesIsAppliedWhole(t *testing.T) {
 		}, rendered(rec.take()))
 
 		// A relist, read in pages too, applies only what changed.
-		f.missWhileDown(func() int64 {
+		f.missWhileDown(func() {
 			f.src.Delete("b")
-			return f.src.Put(item{Name: "d", Val: 6})
+			f.src.Put(item{Name: "d", Val: 6})
 		})
 		assert.Equal(t, []string{
 			"delete b=20 unknown=true", "update a 10->10", "update d 40->60", "update e 50->50",

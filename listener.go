@@ -22,6 +22,7 @@ import (
 // drained.
 type listener[K comparable, T any] struct {
 	handler      Handler[T]
+	name         string // HandlerOptions.Name
 	report       func(error)
 	upstream     func() bool // the informer has synced
 	resyncPeriod time.Duration
@@ -356,7 +357,7 @@ func (l *listener[K, T]) run(ctx context.Context) {
 func (l *listener[K, T]) call(n *notification[K, T]) {
 	defer func() {
 		if v := recover(); v != nil {
-			l.report(&HandlerPanicError{Value: v, Stack: debug.Stack()})
+			l.report(&HandlerPanicError{Handler: l.name, Value: v, Stack: debug.Stack()})
 		}
 	}()
 	switch n.kind {

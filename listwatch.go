@@ -148,7 +148,10 @@ func (t EventType) String() string {
 
 // Event is one change reported by a watch.
 type Event[T any] struct {
-	Type   EventType
+	// Type says what happened.
+	Type EventType
+	// Object is the object's state after the event; see EventType for
+	// what it holds for each type.
 	Object T
 
 	// ResourceVersion is the source's version after this event. Every

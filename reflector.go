@@ -47,12 +47,18 @@ type ReflectorOptions struct {
 
 	// InitialBackoff and MaxBackoff bound the pause before a retry: it
 	// starts at InitialBackoff and doubles after every failure up to
-	// MaxBackoff. 0 or less means 800ms and 30s.
+	// MaxBackoff. A pause counts from the start of the attempt that
+	// failed, so an attempt that spent a while waiting on the source (a
+	// watch that waited for its connection to come back) is followed by
+	// a shorter pause or none: retries stay spaced by the backoff, and a
+	// source that comes back is found without waiting out pauses owed to
+	// earlier failures. 0 or less means 800ms and 30s.
 	InitialBackoff, MaxBackoff time.Duration
 
 	// BackoffReset is how long the source must work, after a pause, for
-	// the next pause to start again from InitialBackoff. 0 or less means
-	// 2 minutes.
+	// the next pause to start again from InitialBackoff. A watch that
+	// delivers an event or a bookmark resets the pauses at once. 0 or
+	// less means 2 minutes.
 	BackoffReset time.Duration
 
 	// Jitter lengthens each pause d by a random amount in [0, Jitter*d),
@@ -71,15 +77,19 @@ type ReflectorOptions struct {
 	// ErrorHandler is called with every failure: List and Watch errors,
 	// watches that end with an error or too soon, objects the source
 	// skipped (ListResult.Skipped, EventError events; usually
-	// *ObjectError) and errors from the store (such as *KeyError). Each
+	// *ObjectError, each state of each object reported once however many
+	// relists meet it again) and errors from the store (such as
+	// *KeyError). Each
 	// error says what the Reflector was doing and wraps the cause, so
 	// errors.Is and errors.As classify it. Calls are never concurrent, but
 	// they may come from different goroutines, so the handler must
 	// return quickly. nil means logging each error at level Warn through
-	// Logger.
+	// Logger, but an error identical to one logged in the last minute
+	// only as a count the next time it is logged.
 	ErrorHandler func(err error)
 
-	// Logger receives the Reflector's logs; nil means no logs.
+	// Logger receives the Reflector's logs; nil means slog.Default(). To
+	// silence them, pass slog.New(slog.DiscardHandler).
 	Logger *slog.Logger
 }
 
@@ -115,8 +125,9 @@ type reflectorCounters struct {
 // changes after the list's version and applies them in order: EventAdded
 // as Add, EventModified as Update, EventDeleted as Delete (or, if the
 // event is KeyOnly, as DeleteKeyOnly on a store that is a KeyOnlyDeleter);
-// a bookmark only moves the version on. What follows the end of a watch
-// depends on why it ended:
+// a bookmark only moves the version on; an EventError is reported and, if
+// it names an object (KeyOnly), evicts that object (see Evicter). What
+// follows the end of a watch depends on why it ended:
 //
 //   - normally (io.EOF): a watch from the last version seen, at once;
 //     but a watch that lasted under a second without any event is
@@ -131,10 +142,11 @@ type reflectorCounters struct {
 // A list asks for version "0" (any, possibly stale) the first time, for
 // the last version seen afterwards, so that the store never goes back in
 // time, and for "" (the newest, read consistently) once the source said
-// that a version is gone. Pauses grow exponentially with jitter (see
-// ReflectorOptions). Every failure is reported to the ErrorHandler; an
-// object that the source or the store could not take is reported and
-// skipped, and the Reflector goes on.
+// that a version is gone. Pauses grow exponentially with jitter and count
+// from the start of the attempt that failed (see ReflectorOptions). Every
+// failure is reported to the ErrorHandler; an object that the source or
+// the store could not take is reported and skipped, and the Reflector goes
+// on. Freshness says when the source last confirmed the store current.
 //
 // A Reflector is created by NewReflector. Its methods are safe for
 // concurrent use.
@@ -146,6 +158,7 @@ type Reflector[T any] struct {
 	pages   pageReplacer[T]   // store, if it is one
 	opts    ReflectorOptions  // defaults filled in
 	logger  *slog.Logger
+	logs    logLimiter
 	prefix  string // starts every reported error
 	onError func(error)
 
@@ -160,6 +173,9 @@ type Reflector[T any] struct {
 
 	mu     sync.Mutex
 	lastRV string
+	// confirmedAt and failure are for Freshness.
+	confirmedAt time.Time
+	failure     error
 	// versionGone is set when the source said that the version to list or
 	// watch from is expired or too large, and cleared by a completed list.
 	// While it is set, lists read consistently (version ""): asking again
@@ -167,10 +183,16 @@ type Reflector[T any] struct {
 	versionGone bool
 
 	stats   reflectorCounters
-	running atomic.Bool
+	started atomic.Bool
+	// stampDue says that the next event reads the clock (see confirmed);
+	// stampTimer sets it.
+	stampDue   atomic.Bool
+	stampTimer *time.Timer
 
 	// The rest belongs to the goroutine running Run.
 	backoff backoff
+	// attemptStart is when the current list or watch attempt started.
+	attemptStart time.Time
 	// noStreaming is set once the source said it cannot stream lists.
 	noStreaming bool
 	// expiredRelist is set while the current list and watch were started
@@ -220,7 +242,7 @@ func NewReflector[T any](lw ListWatcher[T], store ReflectorStore[T], opts Reflec
 	}
 	logger := opts.Logger
 	if logger == nil {
-		logger = slog.New(slog.DiscardHandler)
+		logger = slog.Default()
 	}
 	prefix := "mirror: reflector: "
 	if opts.Name != "" {
@@ -242,7 +264,7 @@ func NewReflector[T any](lw ListWatcher[T], store ReflectorStore[T], opts Reflec
 		},
 	}
 	if r.onError == nil {
-		r.onError = func(err error) { logger.Warn("reflector error", "err", err) }
+		r.onError = func(err error) { r.logs.logError(logger, "mirror: reflector error", err) }
 	}
 	r.keyOnly, _ = store.(KeyOnlyDeleter[T])
 	r.evicter, _ = store.(Evicter[T])
@@ -275,20 +297,16 @@ func (r *Reflector[T]) Stats() ReflectorStats {
 }
 
 // Run lists and watches until ctx is done, then returns once every
-// goroutine it started has stopped and it no longer uses the store. It
-// resets the counters of Stats when it starts. Run may be called again
-// after it returned; it then lists from the last version it saw. A call
-// made while Run is running reports an error and returns at once.
+// goroutine it started has stopped and it no longer uses the store. A
+// Reflector runs once, as an Informer does: a second call, whether the
+// first is still running or has returned, reports an error wrapping
+// ErrStarted and returns at once.
 func (r *Reflector[T]) Run(ctx context.Context) {
-	if !r.running.CompareAndSwap(false, true) {
-		r.report(r.errorf("Run called while already running"))
+	if !r.started.CompareAndSwap(false, true) {
+		r.report(r.errorf("Run: %w", ErrStarted))
 		return
 	}
-	defer r.running.Store(false)
-	for _, c := range []*atomic.Int64{&r.stats.lists, &r.stats.relists, &r.stats.watches,
-		&r.stats.watchRestarts, &r.stats.events, &r.stats.errors} {
-		c.Store(0)
-	}
+	defer r.startStamps()()
 	r.logger.Info("reflector started")
 	defer r.logger.Info("reflector stopped")
 	for ctx.Err() == nil {
@@ -366,11 +384,15 @@ func (r *Reflector[T]) unlockStore() {
 	}
 }
 
-// pause waits for the next backoff delay. It returns false if ctx ended
-// first.
+// pause waits for the next backoff delay, counted from the start of the
+// attempt that failed. It returns false if ctx ended first.
 func (r *Reflector[T]) pause(ctx context.Context) bool {
-	d := r.backoff.next(time.Now())
+	now := time.Now()
+	d := r.backoff.next(now, now.Sub(r.attemptStart))
 	r.logger.Debug("backing off", "pause", d)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

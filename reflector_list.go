@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"time"
 )
 
 // errStreamCut is reported when a streaming list ends before the bookmark
@@ -42,6 +43,7 @@ func (r *Reflector[T]) list(ctx context.Context) error {
 	rv := r.relistVersion()
 	limit := r.opts.PageSize
 	for {
+		r.attemptStart = time.Now()
 		pages, n, listRV, midList, err := r.listPages(ctx, rv, limit)
 		if err == nil {
 			r.replace(pages, n, listRV)
@@ -50,7 +52,7 @@ func (r *Reflector[T]) list(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return err
 		}
-		r.report(err)
+		r.fail(err)
 		if !isGone(err) {
 			return err
 		}
@@ -102,6 +104,7 @@ func (r *Reflector[T]) listPages(ctx context.Context, rv string, limit int64) (p
 // events up to the bookmark that closes them and replaces the store's
 // content with them. It returns the stream, still open, to be watched on.
 func (r *Reflector[T]) streamList(ctx context.Context, rv string) (Watcher[T], error) {
+	r.attemptStart = time.Now()
 	w, err := r.openWatch(ctx, rv, true)
 	if err != nil {
 		if isUnsupported(err) || ctx.Err() != nil {
@@ -151,7 +154,7 @@ func (r *Reflector[T]) streamList(ctx context.Context, rv string) (Watcher[T], e
 // it.
 func (r *Reflector[T]) streamFailed(rv string, err error) error {
 	err = r.errorf("streaming list from version %q: %w", rv, err)
-	r.report(err)
+	r.fail(err)
 	if isGone(err) {
 		r.setVersionGone()
 	}
@@ -190,8 +193,8 @@ func (r *Reflector[T]) replace(pages [][]T, n int, rv string) {
 		// the list would only make the Reflector list again and again.
 		r.report(r.errorf("replace with %d objects at version %q: %w", n, rv, err))
 	}
+	r.confirmed(rv, true)
 	r.mu.Lock()
-	r.lastRV = rv
 	r.versionGone = false
 	r.mu.Unlock()
 	// The objects this list could not produce are, from now on, all

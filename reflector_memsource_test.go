@@ -27,7 +27,7 @@ type kv struct {
 	Val int
 }
 
-func kvKey(o kv) string { return o.Key }
+func kvKey(o kv) (string, error) { return o.Key, nil }
 
 var (
 	errSourceDown = fmt.Errorf("test: source down: %w", mirror.ErrUnavailable)
@@ -337,8 +337,8 @@ func TestReflector_MemsourceExpiredContinuationRelistsFromScratch(t *testing.T) 
 
 func TestReflector_MemsourceTooLargeVersionRelistsConsistently(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		// The Reflector first talks to a primary at revision 50, then to
-		// a lagging replica at revision 20.
+		// The Reflector first talks to a primary at revision 51, then to
+		// a lagging replica at revision 21 (each starts at 1).
 		primary := memsource.New(kvKey, memsource.Options{})
 		fill(primary, 50)
 		replica := memsource.New(kvKey, memsource.Options{})
@@ -352,8 +352,8 @@ func TestReflector_MemsourceTooLargeVersionRelistsConsistently(t *testing.T) {
 		lw.mu.Lock()
 		lw.lw = replica
 		lw.onWatch = func(call int, opts mirror.WatchOptions) error {
-			if opts.ResourceVersion == "50" {
-				return errSourceBoom // the rewatch fails: relist at 50
+			if opts.ResourceVersion == "51" {
+				return errSourceBoom // the rewatch fails: relist at 51
 			}
 			return nil
 		}
@@ -367,7 +367,7 @@ func TestReflector_MemsourceTooLargeVersionRelistsConsistently(t *testing.T) {
 		for _, o := range lw.Lists() {
 			rvs = append(rvs, o.ResourceVersion)
 		}
-		assert.Equal(t, []string{"0", "50", ""}, rvs, "one consistent relist, no loop at 50")
+		assert.Equal(t, []string{"0", "51", ""}, rvs, "one consistent relist, no loop at 51")
 		assert.Equal(t, replica.Snapshot(), store.snapshot())
 	})
 }
@@ -396,4 +396,45 @@ func TestReflector_MemsourceUnavailableWatchDoesNotRelist(t *testing.T) {
 		assert.Equal(t, 1, store.deletes)
 		assert.Zero(t, store.tombs)
 	})
+}
+
+func TestReflector_MemsourceNewSourceWatchCutBeforeAnyEventLosesNothing(t *testing.T) {
+	// A new source lists empty. Its first watch is cut before any event and
+	// the source stays down while a key is created: the watch opened again
+	// must start at the list's version, not "now", or the key is lost until
+	// some later change or relist.
+	for _, streaming := range []bool{false, true} {
+		t.Run(fmt.Sprintf("streaming=%v", streaming), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				src := memsource.New(kvKey, memsource.Options{})
+				lw := &recordingLW{lw: src}
+				store := newModelStore()
+				r := mirror.NewReflector[kv](lw, store, mirror.ReflectorOptions{StreamingList: streaming})
+				stop := runReflector(t, r)
+				settle(t, src, r, store)
+				listed := r.LastSyncResourceVersion()
+				require.Len(t, lw.Watches(), 1, "the first watch is open")
+
+				// Down: the cut watch and the next attempt fail, so the
+				// watch that works opens after the change.
+				src.FailNext(1, errSourceDown)
+				src.CutWatches()
+				src.Put(kv{"a", 1})
+				settle(t, src, r, store)
+				stop()
+
+				assert.Equal(t, map[string]kv{"a": {"a", 1}}, store.snapshot())
+				st := r.Stats()
+				assert.Equal(t, int64(1), st.Lists, "no relist")
+				assert.Zero(t, st.Relists)
+				assert.Equal(t, int64(1), st.WatchRestarts, "one watch opened again")
+				watches := lw.Watches()
+				require.Len(t, watches, 3, "the first watch, the failed one and the one that works")
+				for _, w := range watches[1:] {
+					assert.Equal(t, listed, w.ResourceVersion, "a rewatch starts at the list's version")
+				}
+				assert.Empty(t, store.stray)
+			})
+		})
+	}
 }

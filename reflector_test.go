@@ -360,7 +360,9 @@ func TestReflector_VeryShortWatchIsReportedAndBacksOff(t *testing.T) {
 				require.Len(t, errs, 1)
 				assert.ErrorIs(t, errs[0], errVeryShortWatch)
 				calls := g.lw.Watches()
-				assert.Equal(t, []time.Duration{tt.after + 800*time.Millisecond}, gaps(watchTimes(calls)))
+				// The pause counts from the start of the watch that
+				// failed: watches are at least one backoff apart.
+				assert.Equal(t, []time.Duration{max(tt.after, 800*time.Millisecond)}, gaps(watchTimes(calls)))
 				assert.Equal(t, []string{"10", "10"}, g.lw.WatchVersions())
 				assert.Len(t, g.lw.Lists(), 1, "no relist")
 				g.stopRun()
@@ -540,8 +542,12 @@ func TestReflector_BackoffResetsAfterHealthyPeriod(t *testing.T) {
 		healthy   time.Duration
 		wantPause time.Duration
 	}{
-		{name: "healthy for BackoffReset", healthy: 2 * time.Minute, wantPause: 800 * time.Millisecond},
-		{name: "healthy for less", healthy: 2*time.Minute - time.Second, wantPause: 6400 * time.Millisecond},
+		// The watch that fails has lasted longer than its pause, so the
+		// relist follows at once; the base of the pauses shows in the
+		// pause after the relist fails too: reset, it is 1.6s, the
+		// second step; not reset, 12.8s, after 0.8, 1.6, 3.2 and 6.4.
+		{name: "healthy for BackoffReset", healthy: 2 * time.Minute, wantPause: 1600 * time.Millisecond},
+		{name: "healthy for less", healthy: 2*time.Minute - time.Second, wantPause: 12800 * time.Millisecond},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -552,17 +558,59 @@ func TestReflector_BackoffResetsAfterHealthyPeriod(t *testing.T) {
 				}
 				g.lw.page("10", "")
 				g.lw.watch(step{after: tt.healthy, err: errBoom})
+				g.lw.listErr(errBoom)
 				g.lw.page("20", "")
 				g.runFor(t, time.Hour)
 
 				calls := g.lw.Lists()
-				require.Len(t, calls, 5)
+				require.Len(t, calls, 6)
 				failedAt := calls[3].At.Add(tt.healthy)
-				assert.Equal(t, tt.wantPause, calls[4].At.Sub(failedAt))
+				assert.Equal(t, failedAt, calls[4].At, "the watch lasted longer than its pause")
+				assert.Equal(t, tt.wantPause, calls[5].At.Sub(calls[4].At))
 				g.stopRun()
 			})
 		})
 	}
+}
+
+func TestReflector_PauseCountsFromTheStartOfTheFailedAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newRig(ReflectorOptions{InitialBackoff: 10 * time.Second, Jitter: noJitter})
+		g.lw.page("10", "")
+		// A watch that waited 4s before the source said it was
+		// unavailable has waited 4s of its 10s pause already.
+		g.lw.watch(step{after: 4 * time.Second, err: errSrcUnavailable})
+		// One that failed at once waits its whole pause, now doubled.
+		g.lw.watchErr(errSrcUnavailable)
+		// One that outlasted its pause is followed at once.
+		g.lw.watch(step{after: time.Minute, err: errSrcUnavailable})
+		g.lw.watch()
+		g.runFor(t, time.Hour)
+
+		assert.Equal(t, []time.Duration{10 * time.Second, 20 * time.Second, time.Minute},
+			gaps(watchTimes(g.lw.Watches())))
+		assert.Len(t, g.lw.Lists(), 1, "no relist")
+		g.stopRun()
+	})
+}
+
+func TestReflector_WatchThatDeliversResetsBackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newRig(ReflectorOptions{Jitter: noJitter})
+		g.lw.page("10", "")
+		for range 3 { // pauses of 0.8s, 1.6s, 3.2s
+			g.lw.watchErr(errSrcUnavailable)
+		}
+		// This one works for a moment: the next failure is a new one,
+		// not the fourth of a series.
+		g.lw.watch(addedEvent("a", "1", "11"), end(errSrcUnavailable))
+		g.lw.watch()
+		g.runFor(t, time.Hour)
+
+		assert.Equal(t, []time.Duration{800 * time.Millisecond, 1600 * time.Millisecond, 3200 * time.Millisecond,
+			800 * time.Millisecond}, gaps(watchTimes(g.lw.Watches())))
+		g.stopRun()
+	})
 }
 
 func TestReflector_ResyncsEveryPeriodWhileWatching(t *testing.T) {
@@ -680,16 +728,21 @@ func TestReflector_RunReturnsPromptlyWhenContextEnds(t *testing.T) {
 	}
 }
 
-func TestReflector_RunWhileRunningReturnsAtOnce(t *testing.T) {
+func TestReflector_RunsOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newRig(ReflectorOptions{})
 		g.start(t)
 		synctest.Wait()
 		g.r.Run(t.Context()) // returns at once: the test would deadlock otherwise
 		require.Len(t, g.errs.Errors(), 1)
-		assert.ErrorContains(t, g.errs.Errors()[0], "already running")
+		assert.ErrorIs(t, g.errs.Errors()[0], ErrStarted)
 		assert.Len(t, g.lw.Lists(), 1)
 		g.stopRun()
+
+		g.r.Run(t.Context()) // after the first returned: the same
+		require.Len(t, g.errs.Errors(), 2)
+		assert.ErrorIs(t, g.errs.Errors()[1], ErrStarted)
+		assert.Len(t, g.lw.Lists(), 1)
 	})
 }
 

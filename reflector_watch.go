@@ -32,6 +32,7 @@ func (r *Reflector[T]) watch(ctx context.Context, w Watcher[T]) (relistNow bool)
 		rv := r.LastSyncResourceVersion()
 		if w == nil {
 			start = time.Now()
+			r.attemptStart = start
 			var err error
 			w, err = r.openWatch(ctx, rv, false)
 			if err != nil {
@@ -45,6 +46,7 @@ func (r *Reflector[T]) watch(ctx context.Context, w Watcher[T]) (relistNow bool)
 				continue
 			}
 			r.stats.watches.Add(1)
+			r.reachable()
 			if restart {
 				r.stats.watchRestarts.Add(1)
 			}
@@ -53,12 +55,17 @@ func (r *Reflector[T]) watch(ctx context.Context, w Watcher[T]) (relistNow bool)
 		w.Stop()
 		w = nil
 		restart = true
+		if n > 0 {
+			// The source delivered: whatever failed before is over, and
+			// the next failure is a new one.
+			r.backoff.succeeded()
+		}
 		switch {
 		case ctx.Err() != nil:
 			return false
 		case errors.Is(err, io.EOF):
 			if n == 0 && time.Since(start) < shortWatch {
-				r.report(r.errorf("watch from version %q: %w", rv, errVeryShortWatch))
+				r.fail(r.errorf("watch from version %q: %w", rv, errVeryShortWatch))
 				if !r.pause(ctx) {
 					return false
 				}
@@ -73,7 +80,7 @@ func (r *Reflector[T]) watch(ctx context.Context, w Watcher[T]) (relistNow bool)
 // says the source is unavailable. It returns whether to watch again from
 // the last version seen; if not, a relist is needed.
 func (r *Reflector[T]) watchFailed(ctx context.Context, rv string, err error) (rewatch bool) {
-	r.report(r.errorf("watch from version %q: %w", rv, err))
+	r.fail(r.errorf("watch from version %q: %w", rv, err))
 	// An unavailable source still has the history after the version the
 	// Reflector holds; a relist would only add load when it comes back.
 	return errors.Is(err, ErrUnavailable) && r.pause(ctx)
@@ -154,9 +161,7 @@ func (r *Reflector[T]) apply(ev Event[T]) {
 	// nothing about progress; taking "" would make the next watch start
 	// from "now" and miss what came between.
 	if ev.ResourceVersion != "" {
-		r.mu.Lock()
-		r.lastRV = ev.ResourceVersion
-		r.mu.Unlock()
+		r.confirmed(ev.ResourceVersion, ev.Type == EventBookmark)
 	}
 }
 

@@ -71,6 +71,7 @@ func (inf *Informer[K, T]) AddEventHandler(h Handler[T], opts HandlerOptions) (*
 		period = running
 	}
 	l := newListener[K](h, period, opts.MaxBacklog, inf.report, inf.HasSynced)
+	l.name = opts.Name
 	l.nextResync = time.Now().Add(period)
 
 	inf.applyMu.Lock()

@@ -37,7 +37,10 @@ type Store[K comparable, T any] interface {
 // key is dropped, a Replace makes tombstones for known keys it does not
 // list, and a Resync offers known objects again. *Indexer implements it.
 type KnownObjects[K comparable, T any] interface {
+	// GetByKey returns the object known under key.
 	GetByKey(key K) (item T, exists bool)
+	// All yields every known key and object. It may be called with the
+	// DeltaFIFO's lock held, so it must not call the DeltaFIFO.
 	All() iter.Seq2[K, T]
 }
 

@@ -58,6 +58,7 @@ func (inf *Informer[K, T]) SyncFailed() <-chan struct{} { return inf.failure.ch 
 // Syncer is anything with a channel that closes once it has synced:
 // an Informer or a Registration.
 type Syncer interface {
+	// Synced returns a channel that is closed once it has synced.
 	Synced() <-chan struct{}
 }
 

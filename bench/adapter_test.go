@@ -18,8 +18,16 @@ func TestInformers_SeeTheSameChanges(t *testing.T) {
 	const keys, changes = 50, 2_000
 	ns := names(keys)
 	src := memsource.New(SourceKey, memsource.Options{HistoryLimit: keys + changes})
+	// Each object carries the revision the source gives it (see
+	// ListerWatcher): a new source is at 1, its first change gets 2.
+	put := func(o *Obj) {
+		t.Helper()
+		if rev, err := src.Put(o); err != nil || strconv.FormatInt(rev, 10) != o.ResourceVersion {
+			t.Fatalf("put %s at revision %d, but it carries version %s", o.Name, rev, o.ResourceVersion)
+		}
+	}
 	for i, n := range ns {
-		src.Put(&Obj{Namespace: namespace, Name: n, ResourceVersion: strconv.Itoa(i + 1)})
+		put(&Obj{Namespace: namespace, Name: n, ResourceVersion: strconv.Itoa(i + 2)})
 	}
 	type result struct {
 		mu    sync.Mutex
@@ -61,7 +69,7 @@ func TestInformers_SeeTheSameChanges(t *testing.T) {
 		}
 	}
 	for i := range changes {
-		src.Put(&Obj{Namespace: namespace, Name: ns[i%keys], ResourceVersion: strconv.Itoa(keys + i + 1), Value: int64(i)})
+		put(&Obj{Namespace: namespace, Name: ns[i%keys], ResourceVersion: strconv.Itoa(keys + i + 2), Value: int64(i)})
 	}
 	for name, r := range results {
 		select {

@@ -118,13 +118,13 @@ func BenchmarkInformer_EndToEnd1M(b *testing.B) {
 	ns := names(e2eKeys)
 	initial := make([]*Obj, e2eKeys)
 	for i, n := range ns {
-		initial[i] = &Obj{Namespace: namespace, Name: n, ResourceVersion: strconv.Itoa(i + 1)}
+		initial[i] = &Obj{Namespace: namespace, Name: n, ResourceVersion: strconv.Itoa(i + 2)} // a new source is at 1
 	}
 	// The changes, made in advance with the versions the source will
 	// give them (client-go reads an event's version from its object).
 	events := make([]*Obj, e2eEvents())
 	for i := range events {
-		events[i] = &Obj{Namespace: namespace, Name: ns[i%e2eKeys], ResourceVersion: strconv.Itoa(e2eKeys + i + 1), Value: int64(i)}
+		events[i] = &Obj{Namespace: namespace, Name: ns[i%e2eKeys], ResourceVersion: strconv.Itoa(e2eKeys + i + 2), Value: int64(i)}
 	}
 	for _, handlers := range []int{1, 16} {
 		b.Run("handlers="+strconv.Itoa(handlers), func(b *testing.B) {

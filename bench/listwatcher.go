@@ -19,8 +19,9 @@ import (
 //
 // client-go's reflector reads an event's version from its object, so the
 // objects a benchmark puts into the source must carry the version the
-// source gives them (the benchmarks know it in advance: a memsource.Source
-// numbers its changes 1, 2, 3...). Deleted objects carry their last
+// source gives them (the benchmarks know it in advance: a new
+// memsource.Source is at revision 1 and numbers its changes 2, 3, 4...).
+// Deleted objects carry their last
 // version, and bookmarks get a fresh Obj with the bookmark's version.
 type ListerWatcher struct {
 	Source mirror.ListWatcher[*Obj]

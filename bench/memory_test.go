@@ -102,7 +102,7 @@ func BenchmarkInformer_StalledHandler1M(b *testing.B) {
 			for range b.N {
 				src := memsource.New(SourceKey, memsource.Options{HistoryLimit: 2 * stallChunk})
 				for i, n := range ns {
-					src.Put(&Obj{Namespace: namespace, Name: n, ResourceVersion: strconv.Itoa(i + 1)})
+					src.Put(&Obj{Namespace: namespace, Name: n, ResourceVersion: strconv.Itoa(i + 2)}) // a new source is at 1
 				}
 				progress := make(chan int, 1)
 				checkpoints := []int{stallKeys}
@@ -121,7 +121,7 @@ func BenchmarkInformer_StalledHandler1M(b *testing.B) {
 				before := heapAlloc()
 				b.StartTimer()
 				cpu.start()
-				rv := stallKeys
+				rv := 1 + stallKeys
 				for i := range stallEvents() {
 					rv++
 					// Made here, not in advance, so that what a buffer

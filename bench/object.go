@@ -28,7 +28,7 @@ func KeyOf(o *Obj) (Key, error) { return Key{o.Namespace, o.Name}, nil }
 
 // SourceKey is the string a memsource.Source files an Obj under; it is
 // the same "namespace/name" client-go uses.
-func SourceKey(o *Obj) string { return o.Namespace + "/" + o.Name }
+func SourceKey(o *Obj) (string, error) { return o.Namespace + "/" + o.Name, nil }
 
 var (
 	_ metav1.Object  = (*Obj)(nil)

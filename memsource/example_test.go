@@ -17,7 +17,7 @@ type Setting struct {
 // version, as a Reflector does.
 func Example() {
 	ctx := context.Background()
-	src := memsource.New(func(s Setting) string { return s.Name }, memsource.Options{})
+	src := memsource.New(func(s Setting) (string, error) { return s.Name, nil }, memsource.Options{})
 	src.Put(Setting{"color", "blue"})
 	src.Put(Setting{"size", "L"})
 
@@ -43,16 +43,16 @@ func Example() {
 		fmt.Println(ev.ResourceVersion, ev.Type, ev.Object)
 	}
 	// Output:
-	// listed at 2 [{color blue} {size L}]
-	// 3 Modified {color green}
-	// 4 Deleted {size L}
+	// listed at 3 [{color blue} {size L}]
+	// 4 Modified {color green}
+	// 5 Deleted {size L}
 }
 
 // Every page of a paged list is at the revision of the first, even when the
 // source changes between pages.
 func ExampleSource_List() {
 	ctx := context.Background()
-	src := memsource.New(func(s Setting) string { return s.Name }, memsource.Options{})
+	src := memsource.New(func(s Setting) (string, error) { return s.Name, nil }, memsource.Options{})
 	for _, name := range []string{"a", "b", "c", "d", "e"} {
 		src.Put(Setting{name, "1"})
 	}
@@ -71,16 +71,16 @@ func ExampleSource_List() {
 		src.Delete("e") // not seen by this list
 	}
 	// Output:
-	// 5 [{a 1} {b 1}]
-	// 5 [{c 1} {d 1}]
-	// 5 [{e 1}]
+	// 6 [{a 1} {b 1}]
+	// 6 [{c 1} {d 1}]
+	// 6 [{e 1}]
 }
 
 // The fault hooks make a Source misbehave the way remote sources do, to test
 // how a consumer copes.
 func ExampleSource_CutWatches() {
 	ctx := context.Background()
-	src := memsource.New(func(s Setting) string { return s.Name }, memsource.Options{})
+	src := memsource.New(func(s Setting) (string, error) { return s.Name, nil }, memsource.Options{})
 
 	w, err := src.Watch(ctx, mirror.WatchOptions{})
 	if err != nil {
@@ -96,11 +96,11 @@ func ExampleSource_CutWatches() {
 
 	src.Put(Setting{"a", "1"})
 	src.Put(Setting{"a", "2"})
-	src.Compact(2) // history up to revision 2 is gone
-	_, err = src.Watch(ctx, mirror.WatchOptions{ResourceVersion: "1"})
+	src.Compact(3) // history up to revision 3 is gone
+	_, err = src.Watch(ctx, mirror.WatchOptions{ResourceVersion: "2"})
 	fmt.Println(err)
 	// Output:
 	// memsource: watch cut: mirror: source unavailable
 	// no leader: mirror: source unavailable
-	// memsource: watch from revision 1: compacted up to 2: mirror: resource version expired
+	// memsource: watch from revision 2: compacted up to 3: mirror: resource version expired
 }

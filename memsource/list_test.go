@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"testing"
+	"testing/synctest"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -51,7 +52,7 @@ func fill(s *memsource.Source[obj], n int) []obj {
 
 func TestList_ResourceVersions(t *testing.T) {
 	s := newSource(memsource.Options{})
-	want := fill(s, 3) // revision 3
+	want := fill(s, 3) // revision 4
 	tests := []struct {
 		rv      string
 		wantErr error
@@ -59,8 +60,9 @@ func TestList_ResourceVersions(t *testing.T) {
 		{"", nil},
 		{"0", nil},
 		{"1", nil}, // not older than 1: the current state will do
-		{"3", nil},
-		{"4", mirror.ErrTooLargeResourceVersion},
+		{"2", nil}, // nor than 2, the first change
+		{"4", nil},
+		{"5", mirror.ErrTooLargeResourceVersion},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("rv=%q", tt.rv), func(t *testing.T) {
@@ -70,7 +72,7 @@ func TestList_ResourceVersions(t *testing.T) {
 				return
 			}
 			require.NoError(t, err)
-			assert.Equal(t, "3", res.ResourceVersion)
+			assert.Equal(t, "4", res.ResourceVersion)
 			assert.Equal(t, want, res.Items)
 			assert.Empty(t, res.Continue)
 		})
@@ -112,9 +114,9 @@ func TestList_PagesAreAtTheFirstPagesRevisionWhileWritersChangeTheSource(t *test
 				page++
 				tt.change(s, page)
 			})
-			assert.Equal(t, "10", rv)
+			assert.Equal(t, "11", rv)
 			assert.Equal(t, want, got)
-			assert.Greater(t, s.Revision(), int64(10), "the source changed meanwhile")
+			assert.Greater(t, s.Revision(), int64(11), "the source changed meanwhile")
 		})
 	}
 }
@@ -165,7 +167,7 @@ func TestList_ContinuationAfterCompactionExpires(t *testing.T) {
 		wantErr error
 	}{
 		{"compaction past the list", func(s *memsource.Source[obj]) { s.Put(obj{"x", 0}); s.Compact(s.Revision()) }, mirror.ErrExpired},
-		{"compaction at the list", func(s *memsource.Source[obj]) { s.Put(obj{"x", 0}); s.Compact(4) }, nil},
+		{"compaction at the list", func(s *memsource.Source[obj]) { s.Put(obj{"x", 0}); s.Compact(5) }, nil},
 		{"history limit overtaking the list", func(s *memsource.Source[obj]) {
 			for i := range 5 {
 				s.Put(obj{"x", i})
@@ -197,7 +199,7 @@ func TestList_ContinuationIgnoresResourceVersion(t *testing.T) {
 	res, err = s.List(context.Background(), mirror.ListOptions{Limit: 2, Continue: res.Continue, ResourceVersion: "999"})
 	require.NoError(t, err)
 	assert.Equal(t, []obj{{"k02", 2}, {"k03", 3}}, res.Items)
-	assert.Equal(t, "4", res.ResourceVersion)
+	assert.Equal(t, "5", res.ResourceVersion)
 }
 
 func TestList_MalformedContinueIsInvalid(t *testing.T) {
@@ -217,11 +219,56 @@ func TestList_MalformedContinueIsInvalid(t *testing.T) {
 	}
 }
 
-func TestList_EmptySourceIsAtRevisionZero(t *testing.T) {
+func TestList_EmptySourceIsAtRevisionOne(t *testing.T) {
+	// Not "0": a watch from "0" starts now, not at the list.
 	s := newSource(memsource.Options{})
 	res, err := s.List(context.Background(), mirror.ListOptions{Limit: 5})
 	require.NoError(t, err)
 	assert.Empty(t, res.Items)
-	assert.Equal(t, "0", res.ResourceVersion)
+	assert.Equal(t, "1", res.ResourceVersion)
 	assert.Empty(t, res.Continue)
+}
+
+func TestList_WatchFromTheListsVersionGetsTheChangesMadeSince(t *testing.T) {
+	// A consumer lists, then watches from the list's version; what changed
+	// in between must reach the watch. A new source is the case that broke:
+	// its list must not say "0", which a watch reads as "from now".
+	tests := []struct {
+		name   string
+		before int // changes made before the list
+	}{
+		{"new source", 0},
+		{"source with changes", 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s := newSource(memsource.Options{})
+				fill(s, tt.before)
+				res, err := s.List(t.Context(), mirror.ListOptions{})
+				require.NoError(t, err)
+
+				// Between the list and the watch:
+				added := must(s.Put(obj{"x", 1}))
+				modified := must(s.Put(obj{"x", 2}))
+				w := watch(t, s, mirror.WatchOptions{ResourceVersion: res.ResourceVersion})
+				for _, want := range []mirror.Event[obj]{
+					ev(mirror.EventAdded, obj{"x", 1}, int(added)),
+					ev(mirror.EventModified, obj{"x", 2}, int(modified)),
+				} {
+					got := nextAsync(t.Context(), w)
+					synctest.Wait()
+					select {
+					case r := <-got:
+						require.NoError(t, r.err)
+						assert.Equal(t, want, r.ev)
+					default:
+						require.FailNow(t, "a change made between the list and the watch was lost",
+							"listed at %q; want %+v", res.ResourceVersion, want)
+					}
+				}
+				requireBlocked(t, nextAsync(t.Context(), w))
+			})
+		})
+	}
 }

@@ -3,9 +3,11 @@
 //
 // A Source holds the current object of every key together with a bounded
 // history of recent changes. Every change gets the next revision, and
-// revisions are the source's resource versions, as decimal strings. Lists are
-// paged in key order and every page is served at the revision of the first;
-// watches replay history from any revision the source still holds.
+// revisions are the source's resource versions, as decimal strings. A new
+// Source is at revision 1 (see New) and its first change gets revision 2.
+// Lists are paged in key order and every page is served at the revision of
+// the first; watches replay history from any revision the source still
+// holds.
 //
 // Use it to put a local store of your own behind a mirror, or to drive the
 // consumers of a ListWatcher in tests: the fault hooks (CutWatches, FailNext,
@@ -46,11 +48,11 @@ type Options struct {
 // the same values to lists and watches, so callers must not modify an object
 // after passing it to Put. The zero value is not usable; call New.
 type Source[T any] struct {
-	key func(T) string
+	key mirror.KeyFunc[string, T]
 
 	mu      sync.Mutex
 	objects map[string]T
-	rev     int64 // revision of the newest change; 0 before the first
+	rev     int64 // revision of the newest change; 1 before the first
 	revText revText
 	hist    history[T]
 
@@ -62,9 +64,13 @@ type Source[T any] struct {
 	failErr error //
 }
 
-// New returns an empty Source at revision 0. key names an object; it must
-// depend only on the object's identity, never on its contents.
-func New[T any](key func(T) string, opts Options) *Source[T] {
+// New returns an empty Source at revision 1, as a new etcd cluster is: a
+// list of it reports version "1", a real position that a watch can start
+// from, whereas "0" would mean "from now" and lose the changes made in
+// between. key names an object, as an informer's KeyFunc does (the same
+// function can serve both); it must depend only on the object's identity,
+// never on its contents.
+func New[T any](key mirror.KeyFunc[string, T], opts Options) *Source[T] {
 	limit := opts.HistoryLimit
 	if limit <= 0 {
 		limit = DefaultHistoryLimit
@@ -72,16 +78,21 @@ func New[T any](key func(T) string, opts Options) *Source[T] {
 	return &Source[T]{
 		key:      key,
 		objects:  make(map[string]T),
-		hist:     history[T]{limit: limit},
+		rev:      1,
+		hist:     history[T]{limit: limit, base: 1},
 		watchers: make(map[*watcher[T]]struct{}),
 	}
 }
 
 // Put creates or replaces the object with obj's key and returns the revision
 // of that change. Every call is a change, even if obj equals the stored
-// object. Open watches see it as EventAdded or EventModified.
-func (s *Source[T]) Put(obj T) (rev int64) {
-	k := s.key(obj)
+// object. Open watches see it as EventAdded or EventModified. If the key
+// function fails, Put changes nothing and returns a *mirror.KeyError.
+func (s *Source[T]) Put(obj T) (rev int64, err error) {
+	k, err := s.key(obj)
+	if err != nil {
+		return 0, &mirror.KeyError{Object: obj, Err: err}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c := change[T]{key: k, typ: mirror.EventAdded, obj: obj}
@@ -90,7 +101,7 @@ func (s *Source[T]) Put(obj T) (rev int64) {
 		c.prev = prev
 	}
 	s.objects[k] = obj
-	return s.recordLocked(c)
+	return s.recordLocked(c), nil
 }
 
 // Delete removes the object stored under key and returns the revision of
@@ -140,7 +151,8 @@ func (s *Source[T]) Len() int {
 	return len(s.objects)
 }
 
-// Revision returns the revision of the newest change, or 0 if there was none.
+// Revision returns the revision of the newest change, or 1, the revision of
+// a new Source, if there was none.
 func (s *Source[T]) Revision() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -163,7 +175,8 @@ func (s *Source[T]) Snapshot() map[string]T {
 // error wrapping mirror.ErrExpired, and so do the continuations of paged
 // lists whose first page was older than rev and the Next of open watches
 // that had yet to read a change it forgot. Compacting to a revision already
-// compacted does nothing.
+// compacted does nothing; a new Source counts as compacted up to its
+// revision, 1.
 func (s *Source[T]) Compact(rev int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -235,7 +248,8 @@ type change[T any] struct {
 
 // history is a ring of the changes after revision base, oldest first: the
 // change with revision r sits at position r-base-1, so a watcher needs only
-// a revision to find its place. It grows up to limit entries.
+// a revision to find its place. base starts at 1, the revision of a new
+// Source, which no change has. It grows up to limit entries.
 type history[T any] struct {
 	buf   []change[T]
 	head  int   // index in buf of the oldest change
@@ -325,7 +339,7 @@ func (r *revText) fill(first int64) {
 }
 
 // parseVersion parses a resource version; "" and "0" mean the current
-// revision and yield 0.
+// revision and yield 0, which is never a Source's revision.
 func parseVersion(v string) (int64, error) {
 	if v == "" {
 		return 0, nil

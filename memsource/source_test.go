@@ -19,10 +19,18 @@ type obj struct {
 	Val int
 }
 
-func keyOf(o obj) string { return o.Key }
+func keyOf(o obj) (string, error) { return o.Key, nil }
 
 func newSource(opts memsource.Options) *memsource.Source[obj] {
 	return memsource.New(keyOf, opts)
+}
+
+// must returns the revision of a Put whose key function cannot fail.
+func must(rev int64, err error) int64 {
+	if err != nil {
+		panic(err)
+	}
+	return rev
 }
 
 // Compile-time check that Source is a ListWatcher.
@@ -30,7 +38,7 @@ var _ mirror.ListWatcher[obj] = (*memsource.Source[obj])(nil)
 
 func TestSource_RevisionsAreMonotonic(t *testing.T) {
 	s := newSource(memsource.Options{})
-	require.Zero(t, s.Revision())
+	require.Equal(t, int64(1), s.Revision(), "a new source is at revision 1")
 
 	steps := []struct {
 		name    string
@@ -38,13 +46,13 @@ func TestSource_RevisionsAreMonotonic(t *testing.T) {
 		wantRev int64
 		wantOK  bool
 	}{
-		{"create", func() (int64, bool) { return s.Put(obj{"a", 1}), true }, 1, true},
-		{"create another", func() (int64, bool) { return s.Put(obj{"b", 1}), true }, 2, true},
-		{"update", func() (int64, bool) { return s.Put(obj{"a", 2}), true }, 3, true},
-		{"update with the same value", func() (int64, bool) { return s.Put(obj{"a", 2}), true }, 4, true},
-		{"delete", func() (int64, bool) { return s.Delete("b") }, 5, true},
-		{"delete a missing key changes nothing", func() (int64, bool) { return s.Delete("b") }, 5, false},
-		{"recreate", func() (int64, bool) { return s.Put(obj{"b", 3}), true }, 6, true},
+		{"create", func() (int64, bool) { return must(s.Put(obj{"a", 1})), true }, 2, true},
+		{"create another", func() (int64, bool) { return must(s.Put(obj{"b", 1})), true }, 3, true},
+		{"update", func() (int64, bool) { return must(s.Put(obj{"a", 2})), true }, 4, true},
+		{"update with the same value", func() (int64, bool) { return must(s.Put(obj{"a", 2})), true }, 5, true},
+		{"delete", func() (int64, bool) { return s.Delete("b") }, 6, true},
+		{"delete a missing key changes nothing", func() (int64, bool) { return s.Delete("b") }, 6, false},
+		{"recreate", func() (int64, bool) { return must(s.Put(obj{"b", 3})), true }, 7, true},
 	}
 	for _, st := range steps {
 		rev, ok := st.do()
@@ -122,13 +130,13 @@ func TestSource_HistoryLimitCompactsOldestChanges(t *testing.T) {
 	for i := range 5 {
 		s.Put(obj{"a", i})
 	}
-	// Revisions 3, 4 and 5 are kept: a watch must start at 2 or later.
-	_, err := s.Watch(context.Background(), mirror.WatchOptions{ResourceVersion: "1"})
+	// Revisions 4, 5 and 6 are kept: a watch must start at 3 or later.
+	_, err := s.Watch(context.Background(), mirror.WatchOptions{ResourceVersion: "2"})
 	require.ErrorIs(t, err, mirror.ErrExpired)
-	w, err := s.Watch(context.Background(), mirror.WatchOptions{ResourceVersion: "2"})
+	w, err := s.Watch(context.Background(), mirror.WatchOptions{ResourceVersion: "3"})
 	require.NoError(t, err)
 	defer w.Stop()
-	for rev := 3; rev <= 5; rev++ {
+	for rev := 4; rev <= 6; rev++ {
 		ev, err := w.Next(context.Background())
 		require.NoError(t, err)
 		assert.Equal(t, fmt.Sprint(rev), ev.ResourceVersion)
@@ -140,10 +148,10 @@ func TestSource_CompactBeyondCurrentStopsAtCurrent(t *testing.T) {
 	s.Put(obj{"a", 1})
 	s.Put(obj{"a", 2})
 	s.Compact(100)
-	w, err := s.Watch(context.Background(), mirror.WatchOptions{ResourceVersion: "2"})
+	w, err := s.Watch(context.Background(), mirror.WatchOptions{ResourceVersion: "3"})
 	require.NoError(t, err, "the current revision stays watchable")
 	w.Stop()
-	_, err = s.Watch(context.Background(), mirror.WatchOptions{ResourceVersion: "1"})
+	_, err = s.Watch(context.Background(), mirror.WatchOptions{ResourceVersion: "2"})
 	require.ErrorIs(t, err, mirror.ErrExpired)
 }
 
@@ -179,11 +187,27 @@ func TestSource_EventsCarryTheirRevisionAsDecimal(t *testing.T) {
 	for i := range n {
 		s.Put(obj{"a", i})
 	}
-	for rev := 1; rev <= n; rev++ {
+	for rev := 2; rev <= n+1; rev++ { // a new source is at 1
 		ev, err := w.Next(context.Background())
 		require.NoError(t, err)
 		if ev.ResourceVersion != fmt.Sprint(rev) {
 			require.Equal(t, fmt.Sprint(rev), ev.ResourceVersion)
 		}
 	}
+}
+
+func TestSource_PutWithAFailingKeyChangesNothing(t *testing.T) {
+	errNoKey := errors.New("no key")
+	s := memsource.New(func(o obj) (string, error) {
+		if o.Key == "" {
+			return "", errNoKey
+		}
+		return o.Key, nil
+	}, memsource.Options{})
+	_, err := s.Put(obj{Val: 1})
+	var ke *mirror.KeyError
+	require.ErrorAs(t, err, &ke)
+	require.ErrorIs(t, err, errNoKey)
+	assert.EqualValues(t, 1, s.Revision(), "no change recorded")
+	assert.Zero(t, s.Len())
 }

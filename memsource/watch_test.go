@@ -68,23 +68,23 @@ func ev(typ mirror.EventType, o obj, rv int) mirror.Event[obj] {
 
 func TestWatch_ReplaysFromAPastRevisionInOrder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := newSource(memsource.Options{})
-		s.Put(obj{"a", 1}) // 1
-		s.Put(obj{"b", 1}) // 2
-		s.Put(obj{"a", 2}) // 3
-		s.Delete("b")      // 4
-		s.Put(obj{"b", 2}) // 5
-		// What a watch from 0 would see:
+		s := newSource(memsource.Options{}) // 1
+		s.Put(obj{"a", 1})                  // 2
+		s.Put(obj{"b", 1})                  // 3
+		s.Put(obj{"a", 2})                  // 4
+		s.Delete("b")                       // 5
+		s.Put(obj{"b", 2})                  // 6
+		// What a watch from 1, the new source's revision, sees:
 		all := []mirror.Event[obj]{
-			ev(mirror.EventAdded, obj{"a", 1}, 1),
-			ev(mirror.EventAdded, obj{"b", 1}, 2),
-			ev(mirror.EventModified, obj{"a", 2}, 3),
-			ev(mirror.EventDeleted, obj{"b", 1}, 4), // the last state
-			ev(mirror.EventAdded, obj{"b", 2}, 5),
+			ev(mirror.EventAdded, obj{"a", 1}, 2),
+			ev(mirror.EventAdded, obj{"b", 1}, 3),
+			ev(mirror.EventModified, obj{"a", 2}, 4),
+			ev(mirror.EventDeleted, obj{"b", 1}, 5), // the last state
+			ev(mirror.EventAdded, obj{"b", 2}, 6),
 		}
-		for from := 1; from <= 5; from++ {
+		for from := 1; from <= 6; from++ {
 			w := watch(t, s, mirror.WatchOptions{ResourceVersion: strconv.Itoa(from)})
-			for _, want := range all[from:] {
+			for _, want := range all[from-1:] {
 				assert.Equal(t, want, next(t, w), "watch from %d", from)
 			}
 			requireBlocked(t, nextAsync(t.Context(), w))
@@ -101,7 +101,7 @@ func TestWatch_FromNowSeesOnlyLaterChanges(t *testing.T) {
 				s.Put(obj{"a", 1})
 				w := watch(t, s, mirror.WatchOptions{ResourceVersion: rv})
 				s.Put(obj{"a", 2})
-				assert.Equal(t, ev(mirror.EventModified, obj{"a", 2}, 2), next(t, w), "rv %q", rv)
+				assert.Equal(t, ev(mirror.EventModified, obj{"a", 2}, 3), next(t, w), "rv %q", rv)
 			})
 		})
 	}
@@ -110,17 +110,17 @@ func TestWatch_FromNowSeesOnlyLaterChanges(t *testing.T) {
 func TestWatch_FutureRevisionWaitsForIt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newSource(memsource.Options{})
-		s.Put(obj{"a", 1})
-		w := watch(t, s, mirror.WatchOptions{ResourceVersion: "3"})
+		s.Put(obj{"a", 1}) // 2
+		w := watch(t, s, mirror.WatchOptions{ResourceVersion: "4"})
 		got := nextAsync(t.Context(), w)
-		s.Put(obj{"a", 2}) // 2
-		s.Put(obj{"a", 3}) // 3
+		s.Put(obj{"a", 2}) // 3
+		s.Put(obj{"a", 3}) // 4
 		requireBlocked(t, got)
-		s.Put(obj{"a", 4})
+		s.Put(obj{"a", 4}) // 5
 		synctest.Wait()
 		r := <-got
 		require.NoError(t, r.err)
-		assert.Equal(t, ev(mirror.EventModified, obj{"a", 4}, 4), r.ev)
+		assert.Equal(t, ev(mirror.EventModified, obj{"a", 4}, 5), r.ev)
 	})
 }
 
@@ -132,16 +132,16 @@ func TestWatch_FromCompactedRevisionExpires(t *testing.T) {
 		from    string
 		wantErr error
 	}{
-		{"before the compaction", memsource.Options{}, 3, "2", mirror.ErrExpired},
-		{"at the compaction", memsource.Options{}, 3, "3", nil},
-		{"before the history limit", memsource.Options{HistoryLimit: 2}, 0, "2", mirror.ErrExpired},
-		{"at the history limit", memsource.Options{HistoryLimit: 2}, 0, "3", nil},
-		{"now, after compacting everything", memsource.Options{}, 5, "", nil},
+		{"before the compaction", memsource.Options{}, 4, "3", mirror.ErrExpired},
+		{"at the compaction", memsource.Options{}, 4, "4", nil},
+		{"before the history limit", memsource.Options{HistoryLimit: 2}, 0, "3", mirror.ErrExpired},
+		{"at the history limit", memsource.Options{HistoryLimit: 2}, 0, "4", nil},
+		{"now, after compacting everything", memsource.Options{}, 6, "", nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := newSource(tt.opts)
-			fill(s, 5)
+			fill(s, 5) // revisions 2 to 6
 			s.Compact(tt.compact)
 			w, err := s.Watch(t.Context(), mirror.WatchOptions{ResourceVersion: tt.from})
 			if tt.wantErr != nil {
@@ -162,7 +162,7 @@ func TestWatch_SlowWatcherOvertakenByCompactionExpires(t *testing.T) {
 	}{
 		{"compaction", memsource.Options{}, func(s *memsource.Source[obj]) {
 			fill(s, 3)
-			s.Compact(2)
+			s.Compact(3)
 		}},
 		{"history limit", memsource.Options{HistoryLimit: 2}, func(s *memsource.Source[obj]) { fill(s, 3) }},
 	}
@@ -172,8 +172,8 @@ func TestWatch_SlowWatcherOvertakenByCompactionExpires(t *testing.T) {
 				s := newSource(tt.opts)
 				w := watch(t, s, mirror.WatchOptions{})
 				s.Put(obj{"a", 1})
-				assert.Equal(t, "1", next(t, w).ResourceVersion, tt.name)
-				tt.overtake(s) // the watcher still needs revision 2
+				assert.Equal(t, "2", next(t, w).ResourceVersion, tt.name)
+				tt.overtake(s) // the watcher still needs revision 3
 				_, err := w.Next(t.Context())
 				require.ErrorIs(t, err, mirror.ErrExpired, tt.name)
 				_, err = w.Next(t.Context())
@@ -192,7 +192,7 @@ func TestWatch_CutWatchesEndsOpenWatchesAsUnavailable(t *testing.T) {
 		synctest.Wait()
 		s.Put(obj{"a", 1})
 		s.Put(obj{"a", 2})
-		assert.Equal(t, ev(mirror.EventAdded, obj{"a", 1}, 1), next(t, behind))
+		assert.Equal(t, ev(mirror.EventAdded, obj{"a", 1}, 2), next(t, behind))
 		s.CutWatches()
 
 		r := <-got // the change may or may not have been seen before the cut
@@ -205,8 +205,8 @@ func TestWatch_CutWatchesEndsOpenWatchesAsUnavailable(t *testing.T) {
 		_, err = behind.Next(t.Context())
 		require.ErrorIs(t, err, mirror.ErrUnavailable, "the error is final")
 
-		later := watch(t, s, mirror.WatchOptions{ResourceVersion: "1"})
-		assert.Equal(t, ev(mirror.EventModified, obj{"a", 2}, 2), next(t, later), "a new watch is not affected")
+		later := watch(t, s, mirror.WatchOptions{ResourceVersion: "2"})
+		assert.Equal(t, ev(mirror.EventModified, obj{"a", 2}, 3), next(t, later), "a new watch is not affected")
 	})
 }
 
@@ -220,13 +220,13 @@ func TestWatch_BookmarkGoesOnlyToWatchersThatAllowIt(t *testing.T) {
 		s.Bookmark()
 		s.Put(obj{"a", 3})
 
-		assert.Equal(t, ev(mirror.EventModified, obj{"a", 2}, 2), next(t, with))
-		assert.Equal(t, mirror.Event[obj]{Type: mirror.EventBookmark, ResourceVersion: "2"}, next(t, with),
+		assert.Equal(t, ev(mirror.EventModified, obj{"a", 2}, 3), next(t, with))
+		assert.Equal(t, mirror.Event[obj]{Type: mirror.EventBookmark, ResourceVersion: "3"}, next(t, with),
 			"the bookmark follows the changes made before it")
-		assert.Equal(t, ev(mirror.EventModified, obj{"a", 3}, 3), next(t, with))
+		assert.Equal(t, ev(mirror.EventModified, obj{"a", 3}, 4), next(t, with))
 
-		assert.Equal(t, ev(mirror.EventModified, obj{"a", 2}, 2), next(t, without))
-		assert.Equal(t, ev(mirror.EventModified, obj{"a", 3}, 3), next(t, without))
+		assert.Equal(t, ev(mirror.EventModified, obj{"a", 2}, 3), next(t, without))
+		assert.Equal(t, ev(mirror.EventModified, obj{"a", 3}, 4), next(t, without))
 		requireBlocked(t, nextAsync(t.Context(), without))
 	})
 }
@@ -247,13 +247,13 @@ func TestWatch_BookmarkFollowsExactlyTheChangesBeforeIt(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				s := newSource(memsource.Options{})
 				w := watch(t, s, mirror.WatchOptions{AllowBookmarks: true})
-				for i := range 100 {
+				for i := range 100 { // revisions 2 to 101
 					s.Put(obj{"a", i})
 				}
 				for range tt.readFirst {
 					next(t, w)
 				}
-				s.Bookmark()
+				s.Bookmark() // at 101, then revisions 102 to 251
 				for i := range 150 {
 					s.Put(obj{"b", i})
 				}
@@ -267,14 +267,14 @@ func TestWatch_BookmarkFollowsExactlyTheChangesBeforeIt(t *testing.T) {
 					}
 				}
 				want := []string{}
-				for rev := tt.readFirst + 1; rev <= 250; rev++ {
+				for rev := tt.readFirst + 2; rev <= 251; rev++ {
 					want = append(want, strconv.Itoa(rev))
-					if rev == 100 {
-						want = append(want, "bookmark 100")
+					if rev == 101 {
+						want = append(want, "bookmark 101")
 					}
 				}
 				if tt.readFirst == 100 {
-					want = append([]string{"bookmark 100"}, want...)
+					want = append([]string{"bookmark 101"}, want...)
 				}
 				assert.Equal(t, want, got)
 				requireBlocked(t, nextAsync(t.Context(), w))
@@ -293,7 +293,7 @@ func TestWatch_BookmarkWakesABlockedNext(t *testing.T) {
 		s.Bookmark()
 		r := <-got
 		require.NoError(t, r.err)
-		assert.Equal(t, mirror.Event[obj]{Type: mirror.EventBookmark, ResourceVersion: "1"}, r.ev)
+		assert.Equal(t, mirror.Event[obj]{Type: mirror.EventBookmark, ResourceVersion: "2"}, r.ev)
 	})
 }
 
@@ -374,33 +374,37 @@ func TestWatch_SendInitialEventsThenBookmarkThenChanges(t *testing.T) {
 		changes []mirror.Event[obj]
 	}{
 		{
-			name: "now", from: "", at: 4,
+			name: "now", from: "", at: 5,
 			initial: []obj{{"a", 2}, {"c", 1}},
-			changes: []mirror.Event[obj]{ev(mirror.EventAdded, obj{"b", 9}, 5)},
+			changes: []mirror.Event[obj]{ev(mirror.EventAdded, obj{"b", 9}, 6)},
 		},
 		{
-			name: "past revision", from: "2", at: 2,
+			name: "past revision", from: "3", at: 3,
 			initial: []obj{{"c", 1}, {"d", 1}},
 			changes: []mirror.Event[obj]{
-				ev(mirror.EventAdded, obj{"a", 2}, 3),
-				ev(mirror.EventDeleted, obj{"d", 1}, 4),
-				ev(mirror.EventAdded, obj{"b", 9}, 5),
+				ev(mirror.EventAdded, obj{"a", 2}, 4),
+				ev(mirror.EventDeleted, obj{"d", 1}, 5),
+				ev(mirror.EventAdded, obj{"b", 9}, 6),
 			},
 		},
-		{name: "first revision", from: "1", at: 1, initial: []obj{{"d", 1}}, changes: []mirror.Event[obj]{
-			ev(mirror.EventAdded, obj{"c", 1}, 2),
+		{name: "first change", from: "2", at: 2, initial: []obj{{"d", 1}}, changes: []mirror.Event[obj]{
+			ev(mirror.EventAdded, obj{"c", 1}, 3),
+		}},
+		{name: "new source", from: "1", at: 1, initial: nil, changes: []mirror.Event[obj]{
+			ev(mirror.EventAdded, obj{"d", 1}, 2),
+			ev(mirror.EventAdded, obj{"c", 1}, 3),
 		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				s := newSource(memsource.Options{})
-				s.Put(obj{"d", 1}) // 1
-				s.Put(obj{"c", 1}) // 2
-				s.Put(obj{"a", 2}) // 3
-				s.Delete("d")      // 4
+				s := newSource(memsource.Options{}) // 1
+				s.Put(obj{"d", 1})                  // 2
+				s.Put(obj{"c", 1})                  // 3
+				s.Put(obj{"a", 2})                  // 4
+				s.Delete("d")                       // 5
 				w := watch(t, s, mirror.WatchOptions{ResourceVersion: tt.from, SendInitialEvents: true})
-				s.Put(obj{"b", 9}) // 5
+				s.Put(obj{"b", 9}) // 6
 				s.Bookmark()       // not allowed: no bookmark but the initial one
 
 				for _, o := range tt.initial {
@@ -418,9 +422,9 @@ func TestWatch_SendInitialEventsThenBookmarkThenChanges(t *testing.T) {
 
 func TestWatch_SendInitialEventsOutsideTheHistoryFails(t *testing.T) {
 	s := newSource(memsource.Options{})
-	fill(s, 4)
-	s.Compact(2)
-	for rv, wantErr := range map[string]error{"1": mirror.ErrExpired, "5": mirror.ErrTooLargeResourceVersion} {
+	fill(s, 4) // revisions 2 to 5
+	s.Compact(3)
+	for rv, wantErr := range map[string]error{"2": mirror.ErrExpired, "6": mirror.ErrTooLargeResourceVersion} {
 		_, err := s.Watch(t.Context(), mirror.WatchOptions{ResourceVersion: rv, SendInitialEvents: true})
 		require.ErrorIs(t, err, wantErr, "rv %s", rv)
 	}
@@ -460,8 +464,8 @@ func TestWatch_ConcurrentWritersAndWatchersSeeEveryRevisionOnceInOrder(t *testin
 			wg.Go(func() {
 				m := make(map[string]obj)
 				mirrors[i] = m
-				var last int64
-				for last < total {
+				last := int64(1) // the watch starts at the new source's revision
+				for last < 1+total {
 					e, err := w.Next(t.Context())
 					if !assert.NoError(t, err) {
 						return
@@ -485,7 +489,7 @@ func TestWatch_ConcurrentWritersAndWatchersSeeEveryRevisionOnceInOrder(t *testin
 			})
 		}
 		wg.Wait()
-		require.Equal(t, int64(total), s.Revision())
+		require.Equal(t, int64(1+total), s.Revision())
 		for i, m := range mirrors {
 			assert.Equal(t, s.Snapshot(), m, "watcher %d mirrors the source", i)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -23,10 +24,6 @@ import (
 // of the caller's watches.
 const streamKey = "mirror-watch-stream"
 
-// silentTicks is how many progress intervals a watch may hear nothing,
-// requests for progress included, before it counts its member as lost.
-const silentTicks = 4
-
 var (
 	errStopped      = errors.New("watch stopped")
 	errWatchTimeout = errors.New("watch timeout reached")
@@ -39,22 +36,29 @@ var (
 // Puts become EventAdded (a key's creation) or EventModified; deletions
 // become EventDeleted carrying the key alone, marked mirror.Event.KeyOnly,
 // or, with Options.PrevValues, the key's last value when etcd still has it
-// and it decodes. A put whose value fails to decode becomes an EventError
-// with an *mirror.ObjectError followed by an EventDeleted of the key, made
-// as for a deletion: the mirror drops a key it cannot represent, as a
-// relist would, instead of keeping a stale value. The stream goes on.
-// Every event's ResourceVersion is its revision. With opts.AllowBookmarks,
-// etcd's progress notifications become EventBookmark events.
+// and it decodes. A put whose value fails to decode becomes one EventError
+// marked KeyOnly, whose Object holds the key alone and whose Err is an
+// *mirror.ObjectError naming the key and the put's revision: etcd holds a
+// value the mirror cannot represent, so a Reflector reports the error and
+// evicts whatever it held for the key, as a relist would leave the key out.
+// The stream goes on. Every event's ResourceVersion is its revision. With
+// opts.AllowBookmarks, etcd's progress notifications become EventBookmark
+// events.
 //
 // The watch requires a leader: a member that loses its leader ends it with
 // an error wrapping mirror.ErrUnavailable rather than leaving it silent, and
-// so does a member that stops answering (see Options.ProgressInterval).
-// A start revision that has been compacted ends it with mirror.ErrExpired.
+// so does a member that stops answering, whether its connection stays up or
+// is lost: while Next waits, a watch that hears nothing from etcd for two
+// Options.ProgressInterval ends within a quarter interval more (see there).
+// A start revision that has been compacted ends it with mirror.ErrExpired;
+// a user that may not read the prefix, or a client without credentials for
+// a cluster that requires them, ends it with mirror.ErrPermanent.
 // opts.Timeout, if positive, ends it with io.EOF. opts.SendInitialEvents is
 // not supported: Watch then returns an error wrapping errors.ErrUnsupported.
 //
 // Watch returns once etcd has accepted the watch, or with an error wrapping
-// mirror.ErrUnavailable after Options.RequestTimeout.
+// mirror.ErrUnavailable after Options.RequestTimeout. While the client is
+// reconnecting to its member, Watch waits for the connection to come back.
 func (lw *ListWatcher[T]) Watch(ctx context.Context, opts mirror.WatchOptions) (mirror.Watcher[Object[T]], error) {
 	if opts.SendInitialEvents {
 		return nil, fmt.Errorf("etcd: watch %q: streaming list: %w", lw.prefix, errors.ErrUnsupported)
@@ -68,16 +72,25 @@ func (lw *ListWatcher[T]) Watch(ctx context.Context, opts mirror.WatchOptions) (
 	}
 
 	w := &watcher[T]{lw: lw, from: after + 1, bookmarks: opts.AllowBookmarks}
-	// Progress requests must carry the same metadata as the watch, or the
-	// client sends them on another stream, where no watch hears them.
-	sctx := metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx), streamKey, fmt.Sprintf("%p", w))
-	wctx, stop := context.WithCancelCause(sctx)
+	wctx, stop := context.WithCancelCause(ctx)
 	w.ctx, w.stop = wctx, stop
 	if opts.Timeout > 0 {
 		var cancel context.CancelFunc
 		w.ctx, cancel = context.WithTimeoutCause(wctx, opts.Timeout, errWatchTimeout)
 		w.stop = func(cause error) { stop(cause); cancel() }
 	}
+	// The client's watches and progress requests must carry the same
+	// metadata, or the client sends the requests on another stream, where
+	// no watch hears them. They end when teardown says, not with ctx: see
+	// teardown.
+	sctx := metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx), streamKey, fmt.Sprintf("%p", w))
+	w.clientCtx, w.clientCancel = context.WithCancel(context.WithoutCancel(sctx))
+	interval := lw.opts.progressInterval()
+	if interval > 0 {
+		w.startProber(interval)
+	}
+	context.AfterFunc(w.ctx, w.teardown)
+
 	// The watch starts at after+1, as a raw clientv3 loop does (after is
 	// 0 for "from now", which is etcd's 0 too). Started at after, a
 	// revision etcd already holds, it would wait for etcd's next pass over
@@ -93,9 +106,9 @@ func (lw *ListWatcher[T]) Watch(ctx context.Context, opts mirror.WatchOptions) (
 	if err := w.open(ctx, start, lw.opts.requestTimeout()); err != nil {
 		return nil, err
 	}
-	if d := lw.opts.progressInterval(); d > 0 {
-		w.interval = d
-		w.ticker = time.NewTimer(d)
+	if interval > 0 {
+		// Silence counts from etcd's acceptance of the watch.
+		w.ticker = time.NewTimer(w.step)
 	}
 	return w, nil
 }
@@ -121,7 +134,7 @@ func (w *watcher[T]) open(ctx context.Context, rev int64, timeout time.Duration)
 	if w.cancel != nil {
 		w.cancel()
 	}
-	octx, cancel := context.WithCancel(w.ctx)
+	octx, cancel := context.WithCancel(w.clientCtx)
 	w.cancel, w.start = cancel, rev
 	var timer *time.Timer
 	if timeout > 0 {
@@ -132,8 +145,8 @@ func (w *watcher[T]) open(ctx context.Context, rev int64, timeout time.Duration)
 	stop()
 	if timer != nil && !timer.Stop() {
 		w.release()
-		return fmt.Errorf("etcd: watch %q from rev %d: %w: %w",
-			w.lw.prefix, w.from, mirror.ErrUnavailable, context.DeadlineExceeded)
+		return fmt.Errorf("etcd: watch %q from rev %d: %w: etcd did not accept the watch within %v: %w",
+			w.lw.prefix, w.from, mirror.ErrUnavailable, timeout, context.DeadlineExceeded)
 	}
 	if err := ctx.Err(); err != nil {
 		w.release()
@@ -161,8 +174,17 @@ type watcher[T any] struct {
 	// etcd may still be at from-1 and then answers no progress request.
 	ahead bool
 
+	// clientCtx is the parent of the client's watches and progress
+	// requests; teardown cancels it, once, after the prober has stopped.
+	clientCtx    context.Context
+	clientCancel context.CancelFunc
+	teardownOnce sync.Once
+
 	// stopped is set by Stop, which may run on any goroutine.
 	stopped atomic.Bool
+
+	// silence detects a member that stops answering; see silence.go.
+	silence
 
 	// The fields below belong to the goroutine calling Next.
 
@@ -170,23 +192,11 @@ type watcher[T any] struct {
 	// not yet returned.
 	events []*clientv3.Event
 	next   int
-	// queued is an event to return before the next of events: the
-	// deletion that follows a put that failed to decode.
-	queued    mirror.Event[Object[T]]
-	hasQueued bool
 	// err, once set, is what every later Next returns.
 	err error
 	// rv is rev, formatted: the resource version of the last event.
 	rev int64
 	rv  string
-
-	// ticker fires every interval while the watch is open; nil when
-	// progress requests are off. heard counts responses since it last
-	// fired, silent counts consecutive firings with none.
-	ticker   *time.Timer
-	interval time.Duration
-	heard    int
-	silent   int
 }
 
 // Next returns the next event. It blocks until there is one, the watch ends
@@ -199,11 +209,6 @@ func (w *watcher[T]) Next(ctx context.Context) (mirror.Event[Object[T]], error) 
 	for {
 		if w.stopped.Load() {
 			return zero, w.fail(io.EOF)
-		}
-		if w.hasQueued {
-			ev := w.queued
-			w.queued, w.hasQueued = zero, false
-			return ev, nil
 		}
 		for w.next < len(w.events) {
 			ev := w.events[w.next]
@@ -224,20 +229,22 @@ func (w *watcher[T]) Next(ctx context.Context) (mirror.Event[Object[T]], error) 
 			if !ok {
 				return zero, w.fail(w.endError())
 			}
+			w.heard = true
+			w.ahead = false
 			if err := resp.Err(); err != nil {
 				if c := resp.CompactRevision; c != 0 && c <= w.from && w.from > 1 && w.start == w.from-1 {
 					// etcd compacted away only the revision before
 					// from, where tick restarted the watch; from
-					// itself is still there.
-					if err := w.open(ctx, w.from, w.lw.opts.requestTimeout()); err != nil {
+					// itself is still there. etcd just answered:
+					// the start may take the whole allowance.
+					w.quiet = 0
+					if err := w.open(ctx, w.from, w.allowance()); err != nil {
 						return zero, w.fail(err)
 					}
 					continue
 				}
 				return zero, w.fail(wrapError(w.ctx, err, "etcd: watch %q from rev %d", w.lw.prefix, w.from))
 			}
-			w.heard++
-			w.ahead = false
 			if resp.IsProgressNotify() {
 				if w.bookmarks {
 					return mirror.Event[Object[T]]{
@@ -260,62 +267,6 @@ func (w *watcher[T]) Next(ctx context.Context) (mirror.Event[Object[T]], error) 
 	}
 }
 
-// tick runs every progress interval. A watch that heard something during
-// the interval is alive. One that heard nothing asks etcd for a progress
-// notification, which etcd sends once the watch has caught up; one that
-// still hears nothing after several asks has lost its member.
-//
-// etcd also holds back its answer while its store is behind the start of
-// any watch on the stream, and a watch started at from is ahead of a store
-// that nothing has been written to since from-1. Such a store may stay
-// idle for good, so a watch that started there and has heard nothing, not
-// even an answer to its last ask, starts again at from-1; etcd answers
-// once it has caught the new watch up, within 100 ms. A store that has
-// moved on answers the first ask, and then the watch never restarts: on a
-// busy cluster, a watch from from-1 would make etcd read every revision
-// written since.
-func (w *watcher[T]) tick(ctx context.Context) error {
-	if w.heard > 0 {
-		w.heard, w.silent = 0, 0
-		w.ticker.Reset(w.interval)
-		return nil
-	}
-	w.silent++
-	if w.silent >= silentTicks {
-		return fmt.Errorf("etcd: watch %q from rev %d: %w: no answer from etcd for %v",
-			w.lw.prefix, w.from, mirror.ErrUnavailable, time.Duration(w.silent)*w.interval)
-	}
-	if w.ahead && w.silent > 1 {
-		w.ahead = false
-		// A member that is gone does not accept the new watch: give it
-		// what is left of the silence allowed, not more.
-		timeout := time.Duration(silentTicks-w.silent) * w.interval
-		if d := w.lw.opts.requestTimeout(); d > 0 {
-			timeout = min(timeout, d)
-		}
-		if err := w.open(ctx, w.from-1, timeout); err != nil {
-			return err
-		}
-		// etcd accepted the watch, so it is there. The new watch is not
-		// caught up yet: ask at the next tick.
-		w.silent = 0
-		w.ticker.Reset(w.interval)
-		return nil
-	}
-	// Only a live watch may ask: a request finding its stream gone makes
-	// the client open a new one.
-	if w.ctx.Err() == nil {
-		// The request waits while the client reconnects the stream; an
-		// error is not fatal, as the silence count tells a stream that
-		// stays down.
-		rctx, cancel := context.WithTimeout(w.ctx, w.interval)
-		_ = w.lw.client.RequestProgress(rctx)
-		cancel()
-	}
-	w.ticker.Reset(w.interval)
-	return nil
-}
-
 // event converts one etcd event.
 func (w *watcher[T]) event(ev *clientv3.Event) mirror.Event[Object[T]] {
 	kv := ev.Kv
@@ -329,10 +280,16 @@ func (w *watcher[T]) event(ev *clientv3.Event) mirror.Event[Object[T]] {
 	}
 	o, err := w.lw.object(kv)
 	if err != nil {
-		// The key's earlier value, if the mirror holds one, is no longer
-		// etcd's: remove it after reporting the error.
-		w.queued, w.hasQueued = w.deletion(kv.Key, ev.PrevKv, rv), true
-		return mirror.Event[Object[T]]{Type: mirror.EventError, ResourceVersion: rv, Err: err}
+		// etcd holds a value the mirror cannot represent: whatever the
+		// mirror holds for the key is out of date, and goes (see
+		// mirror.EventError).
+		return mirror.Event[Object[T]]{
+			Type:            mirror.EventError,
+			Object:          Object[T]{Key: o.Key},
+			ResourceVersion: rv,
+			KeyOnly:         true,
+			Err:             err,
+		}
 	}
 	typ := mirror.EventModified
 	if ev.IsCreate() {
@@ -387,12 +344,26 @@ func (w *watcher[T]) Stop() {
 	}
 }
 
-// release cancels the watch, which ends the client's goroutines for it, and
-// stops the progress timer. It runs on the goroutine calling Next.
+// release ends the watch and waits until teardown has released what it
+// holds. It runs on the goroutine calling Next.
 func (w *watcher[T]) release() {
 	w.stop(errStopped)
+	w.teardown()
 	if w.ticker != nil {
 		w.ticker.Stop()
 	}
 	w.events, w.next = nil, 0
+}
+
+// teardown ends the prober, waits until it has stopped, and only then ends
+// the client's watch. The order matters: the client drops a watch stream
+// once its last watch has ended, and a progress request that finds no
+// stream opens one that nothing ever closes. teardown runs once, when the
+// watch's context ends (Stop, its timeout, the caller's context) or from
+// release, whichever comes first; later calls wait until it has run.
+func (w *watcher[T]) teardown() {
+	w.teardownOnce.Do(func() {
+		w.stopProber()
+		w.clientCancel()
+	})
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
 	"path/filepath"
@@ -115,6 +114,9 @@ func (m *member) start() error {
 	cfg.ElectionMs = 500
 	cfg.UnsafeNoFsync = true
 	cfg.MaxTxnOps = 1024
+	// Tests that turn auth on check passwords on every client and watch
+	// stream; at the default cost each check takes seconds under -race.
+	cfg.BcryptCost = 4 // bcrypt.MinCost
 	cfg.Logger = "zap"
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 
@@ -188,16 +190,22 @@ func freeURL(t testing.TB) url.URL {
 	return url.URL{Scheme: "http", Host: addr}
 }
 
-// proxy forwards loopback TCP connections to a target, and can cut them all
-// to play a client whose network fails.
+// proxy forwards loopback TCP connections to a target, and can play the
+// two ways a member stops serving: Cut closes every connection and refuses
+// new ones, as a killed member's host does; Pause keeps every connection
+// open, and accepts new ones, but forwards nothing, as a member stopped
+// with SIGSTOP does (its kernel still holds the connections).
 type proxy struct {
 	ln     net.Listener
 	target string
 
-	mu    sync.Mutex
-	cut   bool
-	conns map[net.Conn]struct{}
-	wg    sync.WaitGroup
+	mu     sync.Mutex
+	cut    bool
+	paused bool
+	closed bool
+	resume *sync.Cond // signalled when paused or closed changes
+	conns  map[net.Conn]struct{}
+	wg     sync.WaitGroup
 }
 
 // newProxy starts a proxy to target (host:port) and closes it when the test
@@ -207,6 +215,7 @@ func newProxy(t testing.TB, target string) *proxy {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	p := &proxy{ln: ln, target: target, conns: make(map[net.Conn]struct{})}
+	p.resume = sync.NewCond(&p.mu)
 	p.wg.Go(p.serve)
 	t.Cleanup(p.close)
 	return p
@@ -240,9 +249,26 @@ func (p *proxy) serve() {
 	}
 }
 
-// pipe copies src to dst until either fails, then closes both.
+// pipe copies src to dst until either fails, then closes both. While the
+// proxy is paused, what it has read waits.
 func (p *proxy) pipe(dst, src net.Conn) {
-	_, _ = io.Copy(dst, src)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			for p.paused && !p.closed {
+				p.resume.Wait()
+			}
+			p.mu.Unlock()
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
 	p.mu.Lock()
 	delete(p.conns, src)
 	delete(p.conns, dst)
@@ -261,15 +287,28 @@ func (p *proxy) Cut() {
 	}
 }
 
-// Resume accepts connections again.
+// Pause stops forwarding bytes, in both directions and on every
+// connection, new ones included, until Resume; connections stay open.
+func (p *proxy) Pause() {
+	p.mu.Lock()
+	p.paused = true
+	p.mu.Unlock()
+}
+
+// Resume accepts and forwards again.
 func (p *proxy) Resume() {
 	p.mu.Lock()
-	p.cut = false
+	p.cut, p.paused = false, false
+	p.resume.Broadcast()
 	p.mu.Unlock()
 }
 
 func (p *proxy) close() {
 	p.ln.Close()
+	p.mu.Lock()
+	p.closed = true
+	p.resume.Broadcast()
+	p.mu.Unlock()
 	p.Cut()
 	p.wg.Wait()
 }
