@@ -59,11 +59,13 @@ type WatchFunc func(ctx context.Context, opts metav1.ListOptions) (watch.Interfa
 // Options tunes a ListWatcher. The zero value lists and watches every
 // object the client can reach.
 type Options struct {
-	// LabelSelector and FieldSelector restrict lists and watches to the
-	// objects they select, in the syntax of metav1.ListOptions (for
-	// example "app=web" and "spec.nodeName=node-1"). Empty selects every
-	// object.
+	// LabelSelector restricts lists and watches to the objects whose
+	// labels it selects, in the syntax of metav1.ListOptions (for
+	// example "app=web"). Empty selects every object.
 	LabelSelector string
+	// FieldSelector restricts lists and watches to the objects whose
+	// fields it selects, in the syntax of metav1.ListOptions (for
+	// example "spec.nodeName=node-1"). Empty selects every object.
 	FieldSelector string
 
 	// NoStreamingList turns streaming lists off: the informer lists with
