@@ -24,9 +24,9 @@ type ListWatcher[T any] interface {
 }
 
 // StreamingListPreferrer is implemented by a ListWatcher that wants the
-// Reflector to get its state by streaming lists (WatchOptions.
-// SendInitialEvents) even when ReflectorOptions.StreamingList is false, as
-// the Kubernetes adapter does for servers that offer them. NewReflector
+// Reflector to get its state by streaming lists (see
+// WatchOptions.SendInitialEvents) even when ReflectorOptions.StreamingList
+// is false, as the Kubernetes adapter does. NewReflector
 // asks once; a source that then refuses a streaming list with an error
 // wrapping errors.ErrUnsupported gets List, as with StreamingList. A
 // ListWatcher that wraps another hides the preference unless it has the

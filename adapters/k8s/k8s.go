@@ -160,12 +160,12 @@ func newListWatcher[T Object](list func(context.Context, metav1.ListOptions) (ru
 
 // PrefersStreamingList reports whether lw wants the Reflector to get the
 // objects by a streaming list (a watch with sendInitialEvents) rather than
-// by paged lists: true unless Options.NoStreamingList is set. It makes
+// by paged lists: true unless Options.NoStreamingList is set or the client
+// said it cannot stream lists (see FromListerWatcher). It makes
 // *ListWatcher[T] a mirror.StreamingListPreferrer, so an informer streams
 // its lists without ReflectorOptions.StreamingList, as client-go's
-// informers do since 1.35. A server that refuses them makes the informer
-// list instead, from then on. It is false if Options.NoStreamingList is
-// set or the client said it cannot stream lists (see FromListerWatcher).
+// informers do since 1.35; a server that refuses them makes the informer
+// list instead, from then on.
 func (lw *ListWatcher[T]) PrefersStreamingList() bool {
 	return !lw.opts.NoStreamingList && !lw.cannotStream
 }
