@@ -28,7 +28,8 @@ import (
 // consistently; "0" for any; otherwise not older than it) as Added events,
 // then a bookmark with InitialEventsEnd set, then the changes. A server that
 // refuses streaming lists (before Kubernetes 1.27, or with the WatchList
-// feature gate off) makes Watch fail with an error wrapping
+// feature gate off), or a client that said it cannot stream them (see
+// FromListerWatcher), makes Watch fail with an error wrapping
 // errors.ErrUnsupported.
 //
 // With opts.AllowBookmarks the server's bookmarks become EventBookmark
@@ -57,6 +58,8 @@ func (lw *ListWatcher[T]) Watch(ctx context.Context, opts mirror.WatchOptions) (
 	}
 	o.ResourceVersion = opts.ResourceVersion
 	switch {
+	case opts.SendInitialEvents && lw.cannotStream:
+		return nil, fmt.Errorf("k8s: watch %s: the client cannot stream lists: %w", lw.what, errors.ErrUnsupported)
 	case opts.SendInitialEvents:
 		yes := true
 		o.SendInitialEvents = &yes
