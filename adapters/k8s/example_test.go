@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
-	"k8s.io/client-go/util/watchlist"
 )
 
 // This example keeps a typed cache of every Pod, indexed by namespace. A
@@ -22,12 +21,7 @@ func Example() {
 		pod("shop", "web-1"), pod("shop", "web-2"), pod("kube-system", "dns"))
 
 	pods := clientset.CoreV1().Pods(metav1.NamespaceAll)
-	opts := k8s.Options{
-		// Streaming lists are the default; a fake clientset cannot
-		// stream them, a real one can.
-		NoStreamingList: watchlist.DoesClientNotSupportWatchListSemantics(clientset),
-	}
-	inf := mirror.NewInformer(k8s.New[*corev1.Pod](pods.List, pods.Watch, opts),
+	inf := mirror.NewInformer(k8s.New[*corev1.Pod](pods.List, pods.Watch, k8s.Options{}),
 		mirror.InformerOptions[k8s.Key, *corev1.Pod]{
 			KeyFunc:  k8s.KeyOf[*corev1.Pod],
 			Indexers: mirror.Indexers[*corev1.Pod]{k8s.NamespaceIndex: k8s.IndexByNamespace[*corev1.Pod]},

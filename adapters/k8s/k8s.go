@@ -74,11 +74,9 @@ type Options struct {
 	// a server that refuses them (before Kubernetes 1.27, or with the
 	// WatchList feature gate off) makes the informer list instead.
 	//
-	// Set it for client-go's fake clientsets, which cannot stream lists:
-	// their watches ignore sendInitialEvents, so a streaming list never
-	// ends and the informer never syncs. client-go's
-	// watchlist.DoesClientNotSupportWatchListSemantics(clientset) says
-	// which clients these are. FromListerWatcher finds out by itself.
+	// client-go's fake clientsets cannot stream lists (their watches
+	// ignore sendInitialEvents); the adapter recognises the fake watches
+	// they return and lists instead, so they work with the default.
 	NoStreamingList bool
 }
 

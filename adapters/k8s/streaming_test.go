@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/listwatch/mirror"
@@ -118,4 +119,22 @@ func TestInformer_StreamsItsListByDefaultAndListsWhenTurnedOff(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestInformer_OverAFakeClientsetSyncsWithTheDefaultOptions(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		clientset := fake.NewClientset(pod("shop", "web-1", "1"))
+		pods := clientset.CoreV1().Pods(metav1.NamespaceAll)
+		lw := New[*corev1.Pod](pods.List, pods.Watch, Options{})
+		require.True(t, lw.PrefersStreamingList(), "the default asks for streaming lists")
+		inf := mirror.NewInformer(lw, mirror.InformerOptions[Key, *corev1.Pod]{KeyFunc: KeyOf[*corev1.Pod]})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error)
+		go func() { done <- inf.Run(ctx) }()
+		synctest.Wait()
+		require.True(t, inf.HasSynced(), "the fake watch that cannot stream is taken for a refusal: the informer lists")
+		assert.Equal(t, 1, inf.Len())
+		cancel()
+		require.NoError(t, <-done)
+	})
 }

@@ -87,6 +87,15 @@ func (lw *ListWatcher[T]) Watch(ctx context.Context, opts mirror.WatchOptions) (
 		}
 		return nil, wrapError(ctx, err, "k8s: watch %s%s", lw.what, describe(o))
 	}
+	if opts.SendInitialEvents && isFakeWatch(src) {
+		// client-go's fake clientsets answer any watch with a fake
+		// watcher that ignores SendInitialEvents and so never closes the
+		// initial events: the informer would wait for good. A real
+		// server never returns these types; a fake one gets List.
+		src.Stop()
+		cancel()
+		return nil, fmt.Errorf("k8s: watch %s: a fake client cannot stream lists: %w", lw.what, errors.ErrUnsupported)
+	}
 	w := &watcher[T]{
 		lw:        lw,
 		src:       src,
@@ -102,6 +111,16 @@ func (lw *ListWatcher[T]) Watch(ctx context.Context, opts mirror.WatchOptions) (
 	// otherwise block for good on an event nobody receives.
 	w.unhook = context.AfterFunc(wctx, w.release)
 	return w, nil
+}
+
+// isFakeWatch reports whether w is one of apimachinery's fake watchers,
+// which client-go's fake clientsets return.
+func isFakeWatch(w watch.Interface) bool {
+	switch w.(type) {
+	case *watch.FakeWatcher, *watch.RaceFreeFakeWatcher:
+		return true
+	}
+	return false
 }
 
 // newestVersion returns the newest resource version of the objects,
