@@ -36,7 +36,6 @@ func itemKey(it item) (string, error) {
 	return it.Name, nil
 }
 
-
 var queueKinds = []struct {
 	name string
 	kind mirror.QueueKind
