@@ -178,6 +178,28 @@ func (m *deltaModel) delete(o obj) {
 	m.push(o.name, Delta[obj]{Type: Deleted, Object: o})
 }
 
+// deleteKeyOnly is DeleteKeyOnly (tombstone false) and Evict (true): the
+// deletion carries the last state known, untransformed, and one that
+// names the key alone adds nothing after a queued deletion.
+func (m *deltaModel) deleteKeyOnly(key string, tombstone bool) {
+	if key == "bad" {
+		return
+	}
+	m.populate()
+	if !m.queued(key) {
+		if m.known == nil {
+			return
+		}
+		if _, ok := m.known[key]; !ok {
+			return
+		}
+	}
+	if ds := m.items[key]; !tombstone && len(ds) > 0 && ds[len(ds)-1].Type == Deleted {
+		return
+	}
+	m.push(key, Delta[obj]{Type: Deleted, Object: m.last(key), Tombstone: tombstone})
+}
+
 func (m *deltaModel) replace(list []obj) {
 	typ := Sync
 	if m.emitReplaced {
@@ -275,6 +297,8 @@ const (
 	opPopRequeue
 	opAddIfNotPresent // re-adds the last popped deltas
 	opPopBatch
+	opDeleteKeyOnly
+	opEvict
 	// A list in chunks, as an informer's Reflector hands it over: while
 	// one is in progress, the operations of other producers (and
 	// requeues, which an informer never makes) are skipped, as the
@@ -323,7 +347,7 @@ func runModelScenario(t *testing.T, data []byte) {
 		rv++
 		if m.list != nil {
 			switch op {
-			case opAdd, opUpdate, opDelete, opReplace, opResync, opPopRequeue, opAddIfNotPresent:
+			case opAdd, opUpdate, opDelete, opDeleteKeyOnly, opEvict, opReplace, opResync, opPopRequeue, opAddIfNotPresent:
 				continue
 			case opPopBatch:
 				arg &^= 0x80 // no requeue
@@ -393,6 +417,12 @@ func runModelScenario(t *testing.T, data []byte) {
 		case opResync:
 			require.NoError(t, f.Resync(), desc)
 			m.resync()
+		case opDeleteKeyOnly:
+			_ = f.DeleteKeyOnly(obj{name: o.name})
+			m.deleteKeyOnly(o.name, false)
+		case opEvict:
+			_ = f.Evict(obj{name: o.name})
+			m.deleteKeyOnly(o.name, true)
 		case opPop:
 			popOne(false)
 		case opPopRequeue:
