@@ -439,10 +439,15 @@ func TestEtcdProc_ClusterServesWithAMemberKilled(t *testing.T) {
 	cl := startProcCluster(t, 3)
 	require.NoError(t, cl.members[0].Kill())
 	c := newClient(t, cl.members[1].Endpoint(), cl.members[2].Endpoint())
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_, err := c.Put(ctx, "/proc/quorum", "2 of 3")
-	require.NoError(t, err)
+	ctx := context.Background()
+	// If the killed member led, the others elect a leader first: a put
+	// meanwhile times out.
+	require.Eventually(t, func() bool {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_, err := c.Put(ctx, "/proc/quorum", "2 of 3")
+		return err == nil
+	}, convergeTimeout, 10*time.Millisecond, "two of three members serve")
 	require.NoError(t, cl.members[0].Restart())
 	c0 := newClient(t, cl.members[0].Endpoint())
 	require.Eventually(t, func() bool {
