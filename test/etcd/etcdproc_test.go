@@ -438,7 +438,7 @@ func TestEtcdProc_ClusterServesWithAMemberKilled(t *testing.T) {
 	t.Parallel() // mostly waits for elections
 	cl := startProcCluster(t, 3)
 	require.NoError(t, cl.members[0].Kill())
-	c := newClient(t, cl.members[1].Endpoint(), cl.members[2].Endpoint())
+	c := newClient(t, cl.endpoints()[1:]...)
 	ctx := context.Background()
 	// If the killed member led, the others elect a leader first: a put
 	// meanwhile times out.
