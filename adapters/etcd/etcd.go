@@ -6,8 +6,9 @@
 // authentication and namespacing stay the caller's. It lists in pages pinned
 // to one revision, watches from the revision after the list, maps compaction
 // to mirror.ErrExpired (the Reflector then relists, and the queue turns the
-// keys deleted meanwhile into tombstones), and reports a value that fails to
-// decode without losing the rest of the prefix.
+// keys deleted meanwhile into tombstones), ends a watch whose member has gone
+// quiet within a bound set by Options.ProgressInterval, and reports a value
+// that fails to decode without losing the rest of the prefix.
 package etcd
 
 import (
@@ -60,15 +61,22 @@ type Options struct {
 	// context.
 	RequestTimeout time.Duration
 
-	// ProgressInterval is how long a watch may hear nothing from etcd
-	// before it asks for a progress notification. etcd answers only once
-	// the watch has caught up, so the request is repeated every interval;
-	// a watch that has heard nothing, not even an answer, for four
-	// intervals ends with mirror.ErrUnavailable: its member is gone or
-	// cut off, and the Reflector watches again, through another member if
-	// the client has one. Answers become bookmarks when the watch allows
-	// them. Zero means 5 seconds; a negative value turns the requests off
-	// (a watch on a lost member then waits until the client reconnects).
+	// ProgressInterval paces how a watch tells a quiet prefix from a
+	// member that has stopped answering. A watch that has heard nothing
+	// from etcd for one interval asks it for a progress notification,
+	// which etcd sends once the watch has caught up, and asks again every
+	// quarter interval while it still hears nothing. A watch that has
+	// heard nothing at all for two intervals ends with an error wrapping
+	// mirror.ErrUnavailable: while Next waits, that comes between two and
+	// two and a quarter intervals after etcd's last message to the watch
+	// (its acceptance of the watch counts), 10 to 11.25 seconds with the
+	// default, whether the member keeps its connection up and does not
+	// answer or the connection is lost and the client is reconnecting.
+	// The Reflector then watches again from the last revision it saw,
+	// through another member if the client has one. Answers become
+	// bookmarks when the watch allows them. Zero means 5 seconds; a
+	// negative value turns the requests off (a watch on a lost member
+	// then waits until the client reconnects).
 	ProgressInterval time.Duration
 
 	// PrevValues makes watches ask etcd for the value each event

@@ -52,6 +52,14 @@ type fakeWatcher struct {
 	// gone, once set, makes Watch wait until its context ends and return
 	// a closed channel, as the client does when its member is gone.
 	gone bool
+	// stalled, once set, makes progress requests wait until their
+	// context ends, as the client's do while it reconnects.
+	stalled bool
+	// inFlight counts the progress requests that have not returned;
+	// lateReturns those that returned when the newest watch had ended:
+	// the client would have dropped the stream by then, and a request
+	// finding no stream opens one that is never closed.
+	inFlight, lateReturns int
 }
 
 type fakeWatch struct {
@@ -85,15 +93,49 @@ func (f *fakeWatcher) watchCount() int {
 	return len(f.watches)
 }
 
-func (f *fakeWatcher) RequestProgress(context.Context) error {
+func (f *fakeWatcher) RequestProgress(ctx context.Context) error {
 	f.mu.Lock()
 	f.progress++
-	answer, ch := f.answer, f.watches[len(f.watches)-1].ch
+	f.inFlight++
+	answer, stalled, w := f.answer, f.stalled, f.watches[len(f.watches)-1]
 	f.mu.Unlock()
+	defer func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		f.inFlight--
+		if f.watches[len(f.watches)-1].ctx.Err() != nil {
+			f.lateReturns++
+		}
+	}()
+	if stalled {
+		<-ctx.Done()
+		return ctx.Err()
+	}
 	if answer != nil {
-		answer(ch)
+		answer(w.ch)
 	}
 	return nil
+}
+
+func (f *fakeWatcher) setAnswer(answer func(chan<- clientv3.WatchResponse)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.answer = answer
+}
+
+// stall makes progress requests wait from now on until their context ends.
+func (f *fakeWatcher) stall() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.stalled = true
+}
+
+// requestsInFlight returns how many progress requests have not returned,
+// and how many returned after the watch they were for had ended.
+func (f *fakeWatcher) requestsInFlight() (inFlight, late int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.inFlight, f.lateReturns
 }
 
 func (f *fakeWatcher) watch(i int) fakeWatch {

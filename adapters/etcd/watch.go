@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,10 +23,6 @@ import (
 // from holding back our answers, and keeps our progress notifications out
 // of the caller's watches.
 const streamKey = "mirror-watch-stream"
-
-// silentTicks is how many progress intervals a watch may hear nothing,
-// requests for progress included, before it counts its member as lost.
-const silentTicks = 4
 
 var (
 	errStopped      = errors.New("watch stopped")
@@ -48,13 +45,16 @@ var (
 //
 // The watch requires a leader: a member that loses its leader ends it with
 // an error wrapping mirror.ErrUnavailable rather than leaving it silent, and
-// so does a member that stops answering (see Options.ProgressInterval).
+// so does a member that stops answering, whether its connection stays up or
+// is lost: while Next waits, a watch that hears nothing from etcd for two
+// Options.ProgressInterval ends within a quarter interval more (see there).
 // A start revision that has been compacted ends it with mirror.ErrExpired.
 // opts.Timeout, if positive, ends it with io.EOF. opts.SendInitialEvents is
 // not supported: Watch then returns an error wrapping errors.ErrUnsupported.
 //
 // Watch returns once etcd has accepted the watch, or with an error wrapping
-// mirror.ErrUnavailable after Options.RequestTimeout.
+// mirror.ErrUnavailable after Options.RequestTimeout. While the client is
+// reconnecting to its member, Watch waits for the connection to come back.
 func (lw *ListWatcher[T]) Watch(ctx context.Context, opts mirror.WatchOptions) (mirror.Watcher[Object[T]], error) {
 	if opts.SendInitialEvents {
 		return nil, fmt.Errorf("etcd: watch %q: streaming list: %w", lw.prefix, errors.ErrUnsupported)
@@ -68,16 +68,25 @@ func (lw *ListWatcher[T]) Watch(ctx context.Context, opts mirror.WatchOptions) (
 	}
 
 	w := &watcher[T]{lw: lw, from: after + 1, bookmarks: opts.AllowBookmarks}
-	// Progress requests must carry the same metadata as the watch, or the
-	// client sends them on another stream, where no watch hears them.
-	sctx := metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx), streamKey, fmt.Sprintf("%p", w))
-	wctx, stop := context.WithCancelCause(sctx)
+	wctx, stop := context.WithCancelCause(ctx)
 	w.ctx, w.stop = wctx, stop
 	if opts.Timeout > 0 {
 		var cancel context.CancelFunc
 		w.ctx, cancel = context.WithTimeoutCause(wctx, opts.Timeout, errWatchTimeout)
 		w.stop = func(cause error) { stop(cause); cancel() }
 	}
+	// The client's watches and progress requests must carry the same
+	// metadata, or the client sends the requests on another stream, where
+	// no watch hears them. They end when teardown says, not with ctx: see
+	// teardown.
+	sctx := metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx), streamKey, fmt.Sprintf("%p", w))
+	w.clientCtx, w.clientCancel = context.WithCancel(context.WithoutCancel(sctx))
+	interval := lw.opts.progressInterval()
+	if interval > 0 {
+		w.startProber(interval)
+	}
+	context.AfterFunc(w.ctx, w.teardown)
+
 	// The watch starts at after+1, as a raw clientv3 loop does (after is
 	// 0 for "from now", which is etcd's 0 too). Started at after, a
 	// revision etcd already holds, it would wait for etcd's next pass over
@@ -93,9 +102,9 @@ func (lw *ListWatcher[T]) Watch(ctx context.Context, opts mirror.WatchOptions) (
 	if err := w.open(ctx, start, lw.opts.requestTimeout()); err != nil {
 		return nil, err
 	}
-	if d := lw.opts.progressInterval(); d > 0 {
-		w.interval = d
-		w.ticker = time.NewTimer(d)
+	if interval > 0 {
+		// Silence counts from etcd's acceptance of the watch.
+		w.ticker = time.NewTimer(w.step)
 	}
 	return w, nil
 }
@@ -121,7 +130,7 @@ func (w *watcher[T]) open(ctx context.Context, rev int64, timeout time.Duration)
 	if w.cancel != nil {
 		w.cancel()
 	}
-	octx, cancel := context.WithCancel(w.ctx)
+	octx, cancel := context.WithCancel(w.clientCtx)
 	w.cancel, w.start = cancel, rev
 	var timer *time.Timer
 	if timeout > 0 {
@@ -161,8 +170,17 @@ type watcher[T any] struct {
 	// etcd may still be at from-1 and then answers no progress request.
 	ahead bool
 
+	// clientCtx is the parent of the client's watches and progress
+	// requests; teardown cancels it, once, after the prober has stopped.
+	clientCtx    context.Context
+	clientCancel context.CancelFunc
+	teardownOnce sync.Once
+
 	// stopped is set by Stop, which may run on any goroutine.
 	stopped atomic.Bool
+
+	// silence detects a member that stops answering; see silence.go.
+	silence
 
 	// The fields below belong to the goroutine calling Next.
 
@@ -179,14 +197,6 @@ type watcher[T any] struct {
 	// rv is rev, formatted: the resource version of the last event.
 	rev int64
 	rv  string
-
-	// ticker fires every interval while the watch is open; nil when
-	// progress requests are off. heard counts responses since it last
-	// fired, silent counts consecutive firings with none.
-	ticker   *time.Timer
-	interval time.Duration
-	heard    int
-	silent   int
 }
 
 // Next returns the next event. It blocks until there is one, the watch ends
@@ -224,20 +234,22 @@ func (w *watcher[T]) Next(ctx context.Context) (mirror.Event[Object[T]], error) 
 			if !ok {
 				return zero, w.fail(w.endError())
 			}
+			w.heard = true
+			w.ahead = false
 			if err := resp.Err(); err != nil {
 				if c := resp.CompactRevision; c != 0 && c <= w.from && w.from > 1 && w.start == w.from-1 {
 					// etcd compacted away only the revision before
 					// from, where tick restarted the watch; from
-					// itself is still there.
-					if err := w.open(ctx, w.from, w.lw.opts.requestTimeout()); err != nil {
+					// itself is still there. etcd just answered:
+					// the start may take the whole allowance.
+					w.quiet = 0
+					if err := w.open(ctx, w.from, w.allowance()); err != nil {
 						return zero, w.fail(err)
 					}
 					continue
 				}
 				return zero, w.fail(wrapError(w.ctx, err, "etcd: watch %q from rev %d", w.lw.prefix, w.from))
 			}
-			w.heard++
-			w.ahead = false
 			if resp.IsProgressNotify() {
 				if w.bookmarks {
 					return mirror.Event[Object[T]]{
@@ -258,62 +270,6 @@ func (w *watcher[T]) Next(ctx context.Context) (mirror.Event[Object[T]], error) 
 			}
 		}
 	}
-}
-
-// tick runs every progress interval. A watch that heard something during
-// the interval is alive. One that heard nothing asks etcd for a progress
-// notification, which etcd sends once the watch has caught up; one that
-// still hears nothing after several asks has lost its member.
-//
-// etcd also holds back its answer while its store is behind the start of
-// any watch on the stream, and a watch started at from is ahead of a store
-// that nothing has been written to since from-1. Such a store may stay
-// idle for good, so a watch that started there and has heard nothing, not
-// even an answer to its last ask, starts again at from-1; etcd answers
-// once it has caught the new watch up, within 100 ms. A store that has
-// moved on answers the first ask, and then the watch never restarts: on a
-// busy cluster, a watch from from-1 would make etcd read every revision
-// written since.
-func (w *watcher[T]) tick(ctx context.Context) error {
-	if w.heard > 0 {
-		w.heard, w.silent = 0, 0
-		w.ticker.Reset(w.interval)
-		return nil
-	}
-	w.silent++
-	if w.silent >= silentTicks {
-		return fmt.Errorf("etcd: watch %q from rev %d: %w: no answer from etcd for %v",
-			w.lw.prefix, w.from, mirror.ErrUnavailable, time.Duration(w.silent)*w.interval)
-	}
-	if w.ahead && w.silent > 1 {
-		w.ahead = false
-		// A member that is gone does not accept the new watch: give it
-		// what is left of the silence allowed, not more.
-		timeout := time.Duration(silentTicks-w.silent) * w.interval
-		if d := w.lw.opts.requestTimeout(); d > 0 {
-			timeout = min(timeout, d)
-		}
-		if err := w.open(ctx, w.from-1, timeout); err != nil {
-			return err
-		}
-		// etcd accepted the watch, so it is there. The new watch is not
-		// caught up yet: ask at the next tick.
-		w.silent = 0
-		w.ticker.Reset(w.interval)
-		return nil
-	}
-	// Only a live watch may ask: a request finding its stream gone makes
-	// the client open a new one.
-	if w.ctx.Err() == nil {
-		// The request waits while the client reconnects the stream; an
-		// error is not fatal, as the silence count tells a stream that
-		// stays down.
-		rctx, cancel := context.WithTimeout(w.ctx, w.interval)
-		_ = w.lw.client.RequestProgress(rctx)
-		cancel()
-	}
-	w.ticker.Reset(w.interval)
-	return nil
 }
 
 // event converts one etcd event.
@@ -387,12 +343,26 @@ func (w *watcher[T]) Stop() {
 	}
 }
 
-// release cancels the watch, which ends the client's goroutines for it, and
-// stops the progress timer. It runs on the goroutine calling Next.
+// release ends the watch and waits until teardown has released what it
+// holds. It runs on the goroutine calling Next.
 func (w *watcher[T]) release() {
 	w.stop(errStopped)
+	w.teardown()
 	if w.ticker != nil {
 		w.ticker.Stop()
 	}
 	w.events, w.next = nil, 0
+}
+
+// teardown ends the prober, waits until it has stopped, and only then ends
+// the client's watch. The order matters: the client drops a watch stream
+// once its last watch has ended, and a progress request that finds no
+// stream opens one that nothing ever closes. teardown runs once, when the
+// watch's context ends (Stop, its timeout, the caller's context) or from
+// release, whichever comes first; later calls wait until it has run.
+func (w *watcher[T]) teardown() {
+	w.teardownOnce.Do(func() {
+		w.stopProber()
+		w.clientCancel()
+	})
 }

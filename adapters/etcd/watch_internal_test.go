@@ -26,27 +26,124 @@ func startFakeWatch(t *testing.T, fw *fakeWatcher, lwOpts Options, opts mirror.W
 	return w
 }
 
-func TestWatcher_SilentMemberEndsWithUnavailable(t *testing.T) {
+// result is what one Next returned, and when.
+type result struct {
+	ev  mirror.Event[KV]
+	err error
+	at  time.Time
+}
+
+// drain calls w.Next until it fails, and sends what each call returned.
+func drain(t *testing.T, w mirror.Watcher[KV]) <-chan result {
+	results := make(chan result, 16)
+	go func() {
+		for {
+			ev, err := w.Next(t.Context())
+			results <- result{ev, err, time.Now()}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return results
+}
+
+// The documented bound (see Options.ProgressInterval): a watch that hears
+// nothing ends between two and two and a quarter intervals after etcd's
+// last message, whether its member takes the progress requests and never
+// answers (paused) or the client holds them while it reconnects (killed),
+// and whether or not it has to start again behind the store first.
+func TestWatcher_SilentMemberEndsWithUnavailableWithinTwoIntervals(t *testing.T) {
+	const interval = time.Second
+	for _, tc := range []struct {
+		name string
+		rv   string
+		// quiet makes the member stop answering in its way.
+		quiet func(fw *fakeWatcher)
+		// eventAt, if positive, is when etcd sends its last message, an
+		// event, after the start.
+		eventAt time.Duration
+	}{
+		{name: "paused", quiet: func(*fakeWatcher) {}},
+		{name: "paused after an event", quiet: func(*fakeWatcher) {}, eventAt: 1300 * time.Millisecond},
+		{name: "paused, watch ahead of the store", rv: "5", quiet: (*fakeWatcher).memberGone},
+		{name: "killed", quiet: (*fakeWatcher).stall},
+		{name: "killed after an event", quiet: (*fakeWatcher).stall, eventAt: 1300 * time.Millisecond},
+		{name: "killed, watch ahead of the store", rv: "5", quiet: func(fw *fakeWatcher) {
+			fw.stall()
+			fw.memberGone()
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fw := &fakeWatcher{}
+				w := startFakeWatch(t, fw, Options{ProgressInterval: interval}, mirror.WatchOptions{ResourceVersion: tc.rv})
+				last := time.Now() // etcd accepted the watch
+				results := drain(t, w)
+				tc.quiet(fw)
+				if tc.eventAt > 0 {
+					time.Sleep(tc.eventAt)
+					fw.watch(fw.watchCount() - 1).ch <- clientv3.WatchResponse{Header: header(9),
+						Events: []*clientv3.Event{put("/p/a", "x", 9, 9, 1)}}
+					last = time.Now()
+					require.NoError(t, (<-results).err)
+				}
+
+				r := <-results
+				require.ErrorIs(t, r.err, mirror.ErrUnavailable)
+				silent := r.at.Sub(last)
+				assert.GreaterOrEqual(t, silent, 2*interval, "ends only after two intervals of silence")
+				assert.LessOrEqual(t, silent, 2*interval+interval/4, "ends within the documented bound")
+				assert.Positive(t, fw.progressRequests(), "asked for progress")
+				inFlight, late := fw.requestsInFlight()
+				assert.Zero(t, inFlight, "no progress request outlives the watch")
+				assert.Zero(t, late, "the client's watch ended only after the progress requests")
+				_, again := w.Next(t.Context())
+				assert.Equal(t, r.err, again)
+			})
+		})
+	}
+}
+
+func TestWatcher_AsksOnceSilentForAnIntervalAndAgainEveryQuarter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fw := &fakeWatcher{}
 		w := startFakeWatch(t, fw, Options{ProgressInterval: time.Second}, mirror.WatchOptions{})
-		_, err := w.Next(t.Context())
-		require.ErrorIs(t, err, mirror.ErrUnavailable)
-		assert.Equal(t, silentTicks-1, fw.progressRequests(), "asked again after each silent interval")
-		_, again := w.Next(t.Context())
-		assert.Equal(t, err, again)
+		drain(t, w)
+		time.Sleep(time.Second - time.Millisecond)
+		synctest.Wait()
+		assert.Zero(t, fw.progressRequests(), "no ask before an interval of silence")
+		time.Sleep(time.Millisecond)
+		synctest.Wait()
+		assert.Equal(t, 1, fw.progressRequests())
+		time.Sleep(750 * time.Millisecond)
+		synctest.Wait()
+		assert.Equal(t, 4, fw.progressRequests(), "asked again every quarter interval")
 	})
-	// A watch that may be ahead of its store starts again, and a member
-	// that is gone does not accept the new watch.
+}
+
+func TestWatcher_NextNeverWaitsForAProgressRequest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fw := &fakeWatcher{}
-		w := startFakeWatch(t, fw, Options{ProgressInterval: time.Second}, mirror.WatchOptions{ResourceVersion: "5"})
-		fw.memberGone()
-		_, err := w.Next(t.Context())
-		require.ErrorIs(t, err, mirror.ErrUnavailable)
-		assert.Equal(t, 2, fw.watchCount(), "started again")
-		_, again := w.Next(t.Context())
-		assert.Equal(t, err, again)
+		w := startFakeWatch(t, fw, Options{ProgressInterval: time.Second}, mirror.WatchOptions{})
+		fw.stall() // the client is reconnecting
+		results := drain(t, w)
+		time.Sleep(time.Second)
+		synctest.Wait()
+		inFlight, _ := fw.requestsInFlight()
+		require.Equal(t, 1, inFlight, "a progress request waits")
+
+		fw.watch(0).ch <- clientv3.WatchResponse{Header: header(3), Events: []*clientv3.Event{put("/p/a", "x", 3, 3, 1)}}
+		synctest.Wait() // no time passes
+		require.Len(t, results, 1, "Next returned the event while the request waits")
+		assert.Equal(t, "/p/a", (<-results).ev.Object.Key)
+
+		w.Stop()
+		require.ErrorIs(t, (<-results).err, io.EOF)
+		inFlight, late := fw.requestsInFlight()
+		assert.Zero(t, inFlight, "Stop ended the waiting request")
+		assert.Zero(t, late, "the client's watch ended only after it")
+		// synctest.Test fails if a goroutine of the watch is left.
 	})
 }
 
@@ -55,7 +152,7 @@ func TestWatcher_ProgressAnswersKeepWatchAliveAndBecomeBookmarks(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fw := &fakeWatcher{answer: answer}
 		w := startFakeWatch(t, fw, Options{ProgressInterval: time.Second}, mirror.WatchOptions{ResourceVersion: "5", AllowBookmarks: true})
-		for range 2 * silentTicks {
+		for range 2 * silentSteps {
 			ev, err := w.Next(t.Context())
 			require.NoError(t, err)
 			assert.Equal(t, mirror.Event[KV]{Type: mirror.EventBookmark, ResourceVersion: "9"}, ev)
@@ -71,7 +168,7 @@ func TestWatcher_ProgressAnswersKeepWatchAliveAndBecomeBookmarks(t *testing.T) {
 			_, err := w.Next(t.Context())
 			done <- err
 		}()
-		time.Sleep(10 * silentTicks * time.Second)
+		time.Sleep(10 * silentSteps * time.Second)
 		synctest.Wait()
 		require.Empty(t, done, "answered progress keeps the watch open, and without bookmarks yields nothing")
 		w.Stop()
@@ -113,7 +210,8 @@ func TestWatcher_StartsJustAfterListRevision(t *testing.T) {
 }
 
 // restartAhead has w, a watch from revision 5 over fw, start again at 5,
-// as it does after two intervals of a second with no answer.
+// as it does a quarter interval after its unanswered ask, itself after an
+// interval (of a second) with no answer.
 func restartAhead(t *testing.T, w mirror.Watcher[KV], fw *fakeWatcher) (next <-chan mirror.Event[KV], failed <-chan error) {
 	t.Helper()
 	events, errs := make(chan mirror.Event[KV], 1), make(chan error, 1)
@@ -125,7 +223,7 @@ func restartAhead(t *testing.T, w mirror.Watcher[KV], fw *fakeWatcher) (next <-c
 		}
 		events <- ev
 	}()
-	time.Sleep(2 * time.Second)
+	time.Sleep(time.Second + time.Second/4)
 	synctest.Wait()
 	require.Equal(t, 2, fw.watchCount())
 	assert.Equal(t, int64(5), fw.watch(1).op.Rev())
@@ -147,8 +245,8 @@ func TestWatcher_UnansweredWatchAheadOfTheStoreStartsAgainAtListRevision(t *test
 		assert.Equal(t, "6", ev.ResourceVersion, "the event at the list's revision is dropped")
 
 		// The new watch's answers are heard: it stays.
-		fw.answer = func(ch chan<- clientv3.WatchResponse) { ch <- clientv3.WatchResponse{Header: header(6)} }
-		for range 2 * silentTicks {
+		fw.setAnswer(func(ch chan<- clientv3.WatchResponse) { ch <- clientv3.WatchResponse{Header: header(6)} })
+		for range 2 * silentSteps {
 			ev, err := w.Next(t.Context())
 			require.NoError(t, err)
 			assert.Equal(t, mirror.EventBookmark, ev.Type)
@@ -193,7 +291,7 @@ func TestWatcher_StartingAgainAfterCompactionEndsWithTheCallersContext(t *testin
 			_, err := w.Next(ctx)
 			errs <- err
 		}()
-		time.Sleep(2 * time.Second) // unanswered: started again at 5
+		time.Sleep(time.Second + time.Second/4) // unanswered: started again at 5
 		synctest.Wait()
 		require.Equal(t, 2, fw.watchCount())
 
