@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
 	"path/filepath"
@@ -189,15 +188,17 @@ func freeURL(t testing.TB) url.URL {
 }
 
 // proxy forwards loopback TCP connections to a target, and can cut them all
-// to play a client whose network fails.
+// to play a client whose network fails, or freeze them to play a member
+// that is paused.
 type proxy struct {
 	ln     net.Listener
 	target string
 
-	mu    sync.Mutex
-	cut   bool
-	conns map[net.Conn]struct{}
-	wg    sync.WaitGroup
+	mu     sync.Mutex
+	cut    bool
+	thawed chan struct{} // closed unless frozen
+	conns  map[net.Conn]struct{}
+	wg     sync.WaitGroup
 }
 
 // newProxy starts a proxy to target (host:port) and closes it when the test
@@ -206,7 +207,8 @@ func newProxy(t testing.TB, target string) *proxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	p := &proxy{ln: ln, target: target, conns: make(map[net.Conn]struct{})}
+	p := &proxy{ln: ln, target: target, thawed: make(chan struct{}), conns: make(map[net.Conn]struct{})}
+	close(p.thawed)
 	p.wg.Go(p.serve)
 	t.Cleanup(p.close)
 	return p
@@ -240,9 +242,25 @@ func (p *proxy) serve() {
 	}
 }
 
-// pipe copies src to dst until either fails, then closes both.
+// pipe copies src to dst, holding what it read while the proxy is frozen,
+// until either fails, then closes both.
 func (p *proxy) pipe(dst, src net.Conn) {
-	_, _ = io.Copy(dst, src)
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			thawed := p.thawed
+			p.mu.Unlock()
+			<-thawed
+			if _, err := dst.Write(buf[:n]); err != nil {
+				break
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
 	p.mu.Lock()
 	delete(p.conns, src)
 	delete(p.conns, dst)
@@ -268,8 +286,33 @@ func (p *proxy) Resume() {
 	p.mu.Unlock()
 }
 
+// Freeze stops forwarding bytes, in both directions and on new
+// connections too, while keeping every connection open, as a member
+// stopped with SIGSTOP would, until Thaw.
+func (p *proxy) Freeze() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.thawed:
+		p.thawed = make(chan struct{})
+	default: // frozen already
+	}
+}
+
+// Thaw forwards bytes again, those held first.
+func (p *proxy) Thaw() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.thawed:
+	default:
+		close(p.thawed)
+	}
+}
+
 func (p *proxy) close() {
 	p.ln.Close()
+	p.Thaw() // a frozen pipe would never see its connections close
 	p.Cut()
 	p.wg.Wait()
 }
