@@ -7,8 +7,11 @@
 // to one revision, watches from the revision after the list, maps compaction
 // to mirror.ErrExpired (the Reflector then relists, and the queue turns the
 // keys deleted meanwhile into tombstones), ends a watch whose member has gone
-// quiet within a bound set by Options.ProgressInterval, and reports a value
-// that fails to decode without losing the rest of the prefix.
+// quiet within a bound set by Options.ProgressInterval, and maps a refused
+// read (permission denied, missing or wrong credentials) to
+// mirror.ErrPermanent. A value that fails to decode is reported with its key
+// and kept out of the mirror, as if the key had left it without its final
+// state being known; the rest of the prefix is mirrored.
 package etcd
 
 import (
@@ -48,8 +51,9 @@ type KV = Object[[]byte]
 // mirror.KeyFunc[string, Object[T]].
 func Key[T any](o Object[T]) (string, error) { return o.Key, nil }
 
-// DecodeFunc turns the value stored under key into a T. An error skips that
-// key and is reported; the rest of the prefix is mirrored.
+// DecodeFunc turns the value stored under key into a T. An error is
+// reported, and the key is left out of the mirror (a list skips it, a watch
+// evicts it; see ListWatcher.Watch); the rest of the prefix is mirrored.
 type DecodeFunc[T any] func(key string, value []byte) (T, error)
 
 // Options tunes a ListWatcher. The zero value is ready to use.

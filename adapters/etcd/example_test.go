@@ -84,7 +84,10 @@ func Example() {
 		case mirror.EventDeleted:
 			delete(services, ev.Object.Key)
 		case mirror.EventError:
-			log.Print(ev.Err)
+			log.Print(ev.Err) // a value that is not a Service
+			if ev.KeyOnly {
+				delete(services, ev.Object.Key) // what we held is out of date
+			}
 		}
 	}
 }

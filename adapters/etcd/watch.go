@@ -36,19 +36,23 @@ var (
 // Puts become EventAdded (a key's creation) or EventModified; deletions
 // become EventDeleted carrying the key alone, marked mirror.Event.KeyOnly,
 // or, with Options.PrevValues, the key's last value when etcd still has it
-// and it decodes. A put whose value fails to decode becomes an EventError
-// with an *mirror.ObjectError followed by an EventDeleted of the key, made
-// as for a deletion: the mirror drops a key it cannot represent, as a
-// relist would, instead of keeping a stale value. The stream goes on.
-// Every event's ResourceVersion is its revision. With opts.AllowBookmarks,
-// etcd's progress notifications become EventBookmark events.
+// and it decodes. A put whose value fails to decode becomes one EventError
+// marked KeyOnly, whose Object holds the key alone and whose Err is an
+// *mirror.ObjectError naming the key and the put's revision: etcd holds a
+// value the mirror cannot represent, so a Reflector reports the error and
+// evicts whatever it held for the key, as a relist would leave the key out.
+// The stream goes on. Every event's ResourceVersion is its revision. With
+// opts.AllowBookmarks, etcd's progress notifications become EventBookmark
+// events.
 //
 // The watch requires a leader: a member that loses its leader ends it with
 // an error wrapping mirror.ErrUnavailable rather than leaving it silent, and
 // so does a member that stops answering, whether its connection stays up or
 // is lost: while Next waits, a watch that hears nothing from etcd for two
 // Options.ProgressInterval ends within a quarter interval more (see there).
-// A start revision that has been compacted ends it with mirror.ErrExpired.
+// A start revision that has been compacted ends it with mirror.ErrExpired;
+// a user that may not read the prefix, or a client without credentials for
+// a cluster that requires them, ends it with mirror.ErrPermanent.
 // opts.Timeout, if positive, ends it with io.EOF. opts.SendInitialEvents is
 // not supported: Watch then returns an error wrapping errors.ErrUnsupported.
 //
@@ -188,10 +192,6 @@ type watcher[T any] struct {
 	// not yet returned.
 	events []*clientv3.Event
 	next   int
-	// queued is an event to return before the next of events: the
-	// deletion that follows a put that failed to decode.
-	queued    mirror.Event[Object[T]]
-	hasQueued bool
 	// err, once set, is what every later Next returns.
 	err error
 	// rv is rev, formatted: the resource version of the last event.
@@ -209,11 +209,6 @@ func (w *watcher[T]) Next(ctx context.Context) (mirror.Event[Object[T]], error) 
 	for {
 		if w.stopped.Load() {
 			return zero, w.fail(io.EOF)
-		}
-		if w.hasQueued {
-			ev := w.queued
-			w.queued, w.hasQueued = zero, false
-			return ev, nil
 		}
 		for w.next < len(w.events) {
 			ev := w.events[w.next]
@@ -285,10 +280,16 @@ func (w *watcher[T]) event(ev *clientv3.Event) mirror.Event[Object[T]] {
 	}
 	o, err := w.lw.object(kv)
 	if err != nil {
-		// The key's earlier value, if the mirror holds one, is no longer
-		// etcd's: remove it after reporting the error.
-		w.queued, w.hasQueued = w.deletion(kv.Key, ev.PrevKv, rv), true
-		return mirror.Event[Object[T]]{Type: mirror.EventError, ResourceVersion: rv, Err: err}
+		// etcd holds a value the mirror cannot represent: whatever the
+		// mirror holds for the key is out of date, and goes (see
+		// mirror.EventError).
+		return mirror.Event[Object[T]]{
+			Type:            mirror.EventError,
+			Object:          Object[T]{Key: o.Key},
+			ResourceVersion: rv,
+			KeyOnly:         true,
+			Err:             err,
+		}
 	}
 	typ := mirror.EventModified
 	if ev.IsCreate() {

@@ -311,7 +311,7 @@ func TestWatcher_CanceledWatchIsClassified(t *testing.T) {
 	}{
 		{rpctypes.ErrNoLeader.Error(), mirror.ErrUnavailable},
 		{rpctypes.ErrFutureRev.Error(), mirror.ErrTooLargeResourceVersion},
-		{rpctypes.ErrPermissionDenied.Error(), rpctypes.ErrPermissionDenied},
+		{rpctypes.ErrPermissionDenied.Error(), mirror.ErrPermanent},
 	} {
 		t.Run(tc.reason, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -409,29 +409,18 @@ func prevKV(key, value string, create, mod, version int64) *mvccpb.KeyValue {
 func decodeInt(_ string, v []byte) (int, error) { return strconv.Atoi(string(v)) }
 
 func TestWatcher_DeletionCarriesTheDecodedPreviousValueOrIsKeyOnly(t *testing.T) {
-	keyOnly := func(key string) mirror.Event[Object[int]] {
-		return mirror.Event[Object[int]]{Type: mirror.EventDeleted, ResourceVersion: "9", Object: Object[int]{Key: key}, KeyOnly: true}
-	}
+	keyOnly := mirror.Event[Object[int]]{Type: mirror.EventDeleted, ResourceVersion: "9", Object: Object[int]{Key: "/p/a"}, KeyOnly: true}
 	for _, tc := range []struct {
 		name  string
 		event *clientv3.Event
-		want  []mirror.Event[Object[int]]
+		want  mirror.Event[Object[int]]
 	}{
-		{"deletion without a previous value", del("/p/a", 9, nil), []mirror.Event[Object[int]]{keyOnly("/p/a")}},
-		{"deletion with a previous value", del("/p/a", 9, prevKV("/p/a", "7", 3, 4, 2)), []mirror.Event[Object[int]]{{
+		{"without a previous value", del("/p/a", 9, nil), keyOnly},
+		{"with a previous value", del("/p/a", 9, prevKV("/p/a", "7", 3, 4, 2)), mirror.Event[Object[int]]{
 			Type: mirror.EventDeleted, ResourceVersion: "9",
 			Object: Object[int]{Key: "/p/a", Value: 7, CreateRevision: 3, ModRevision: 4, Version: 2},
-		}}},
-		{"deletion whose previous value fails to decode", del("/p/a", 9, prevKV("/p/a", "bad", 3, 4, 2)),
-			[]mirror.Event[Object[int]]{keyOnly("/p/a")}},
-		{"put that fails to decode, without a previous value", put("/p/a", "bad", 3, 9, 3),
-			[]mirror.Event[Object[int]]{{Type: mirror.EventError, ResourceVersion: "9"}, keyOnly("/p/a")}},
-		{"put that fails to decode, with a previous value", &clientv3.Event{
-			Type: mvccpb.PUT, Kv: prevKV("/p/a", "bad", 3, 9, 3), PrevKv: prevKV("/p/a", "7", 3, 4, 2),
-		}, []mirror.Event[Object[int]]{{Type: mirror.EventError, ResourceVersion: "9"}, {
-			Type: mirror.EventDeleted, ResourceVersion: "9",
-			Object: Object[int]{Key: "/p/a", Value: 7, CreateRevision: 3, ModRevision: 4, Version: 2},
-		}}},
+		}},
+		{"whose previous value fails to decode", del("/p/a", 9, prevKV("/p/a", "bad", 3, 4, 2)), keyOnly},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -441,17 +430,51 @@ func TestWatcher_DeletionCarriesTheDecodedPreviousValueOrIsKeyOnly(t *testing.T)
 				require.NoError(t, err)
 				defer w.Stop()
 				fw.watch(0).ch <- clientv3.WatchResponse{Header: header(9), Events: []*clientv3.Event{tc.event}}
-				for i, want := range tc.want {
-					ev, err := w.Next(t.Context())
-					require.NoError(t, err)
-					if want.Type == mirror.EventError {
-						var oe *mirror.ObjectError
-						require.ErrorAs(t, ev.Err, &oe, "event %d", i)
-						assert.Equal(t, "/p/a", oe.Key, "event %d", i)
-						ev.Err = nil
-					}
-					assert.Equal(t, want, ev, "event %d", i)
-				}
+				ev, err := w.Next(t.Context())
+				require.NoError(t, err)
+				assert.Equal(t, tc.want, ev)
+			})
+		})
+	}
+}
+
+func TestWatcher_PutThatFailsToDecodeIsOneKeyOnlyError(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		prev *mvccpb.KeyValue
+	}{
+		{"without a previous value", nil},
+		{"with a previous value", prevKV("/p/a", "7", 3, 4, 2)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fw := &fakeWatcher{}
+				w, err := NewTyped(fakeClient(nil, fw), "/p/", decodeInt, Options{PrevValues: tc.prev != nil}).
+					Watch(t.Context(), mirror.WatchOptions{ResourceVersion: "5"})
+				require.NoError(t, err)
+				defer w.Stop()
+				bad := &clientv3.Event{Type: mvccpb.PUT, Kv: prevKV("/p/a", "bad", 3, 9, 3), PrevKv: tc.prev}
+				good := &clientv3.Event{Type: mvccpb.PUT, Kv: prevKV("/p/b", "8", 10, 10, 1)}
+				fw.watch(0).ch <- clientv3.WatchResponse{Header: header(10), Events: []*clientv3.Event{bad, good}}
+
+				ev, err := w.Next(t.Context())
+				require.NoError(t, err)
+				var oe *mirror.ObjectError
+				require.ErrorAs(t, ev.Err, &oe)
+				assert.Equal(t, "/p/a", oe.Key)
+				assert.Equal(t, "9", oe.ResourceVersion, "the put's revision")
+				assert.ErrorIs(t, oe, strconv.ErrSyntax, "the decoder's error")
+				ev.Err = nil
+				assert.Equal(t, mirror.Event[Object[int]]{
+					Type: mirror.EventError, ResourceVersion: "9", Object: Object[int]{Key: "/p/a"}, KeyOnly: true,
+				}, ev, "the key alone, for the mirror to evict")
+
+				ev, err = w.Next(t.Context())
+				require.NoError(t, err)
+				assert.Equal(t, mirror.Event[Object[int]]{
+					Type: mirror.EventAdded, ResourceVersion: "10",
+					Object: Object[int]{Key: "/p/b", Value: 8, CreateRevision: 10, ModRevision: 10, Version: 1},
+				}, ev, "the next event follows, nothing in between")
 			})
 		})
 	}

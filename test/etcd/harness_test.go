@@ -187,16 +187,20 @@ func freeURL(t testing.TB) url.URL {
 	return url.URL{Scheme: "http", Host: addr}
 }
 
-// proxy forwards loopback TCP connections to a target, and can cut them all
-// to play a client whose network fails, or freeze them to play a member
-// that is paused.
+// proxy forwards loopback TCP connections to a target, and can play the
+// two ways a member stops serving: Cut closes every connection and refuses
+// new ones, as a killed member's host does; Pause keeps every connection
+// open, and accepts new ones, but forwards nothing, as a member stopped
+// with SIGSTOP does (its kernel still holds the connections).
 type proxy struct {
 	ln     net.Listener
 	target string
 
 	mu     sync.Mutex
 	cut    bool
-	thawed chan struct{} // closed unless frozen
+	paused bool
+	closed bool
+	resume *sync.Cond // signalled when paused or closed changes
 	conns  map[net.Conn]struct{}
 	wg     sync.WaitGroup
 }
@@ -207,8 +211,8 @@ func newProxy(t testing.TB, target string) *proxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	p := &proxy{ln: ln, target: target, thawed: make(chan struct{}), conns: make(map[net.Conn]struct{})}
-	close(p.thawed)
+	p := &proxy{ln: ln, target: target, conns: make(map[net.Conn]struct{})}
+	p.resume = sync.NewCond(&p.mu)
 	p.wg.Go(p.serve)
 	t.Cleanup(p.close)
 	return p
@@ -242,18 +246,19 @@ func (p *proxy) serve() {
 	}
 }
 
-// pipe copies src to dst, holding what it read while the proxy is frozen,
-// until either fails, then closes both.
+// pipe copies src to dst until either fails, then closes both. While the
+// proxy is paused, what it has read waits.
 func (p *proxy) pipe(dst, src net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
 			p.mu.Lock()
-			thawed := p.thawed
+			for p.paused && !p.closed {
+				p.resume.Wait()
+			}
 			p.mu.Unlock()
-			<-thawed
-			if _, err := dst.Write(buf[:n]); err != nil {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
 				break
 			}
 		}
@@ -279,40 +284,28 @@ func (p *proxy) Cut() {
 	}
 }
 
-// Resume accepts connections again.
-func (p *proxy) Resume() {
+// Pause stops forwarding bytes, in both directions and on every
+// connection, new ones included, until Resume; connections stay open.
+func (p *proxy) Pause() {
 	p.mu.Lock()
-	p.cut = false
+	p.paused = true
 	p.mu.Unlock()
 }
 
-// Freeze stops forwarding bytes, in both directions and on new
-// connections too, while keeping every connection open, as a member
-// stopped with SIGSTOP would, until Thaw.
-func (p *proxy) Freeze() {
+// Resume accepts and forwards again.
+func (p *proxy) Resume() {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	select {
-	case <-p.thawed:
-		p.thawed = make(chan struct{})
-	default: // frozen already
-	}
-}
-
-// Thaw forwards bytes again, those held first.
-func (p *proxy) Thaw() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	select {
-	case <-p.thawed:
-	default:
-		close(p.thawed)
-	}
+	p.cut, p.paused = false, false
+	p.resume.Broadcast()
+	p.mu.Unlock()
 }
 
 func (p *proxy) close() {
 	p.ln.Close()
-	p.Thaw() // a frozen pipe would never see its connections close
+	p.mu.Lock()
+	p.closed = true
+	p.resume.Broadcast()
+	p.mu.Unlock()
 	p.Cut()
 	p.wg.Wait()
 }

@@ -448,7 +448,7 @@ func TestInformer_RunReturnsAfterCancelAndLeavesNoGoroutine(t *testing.T) {
 // through the watch, the same change must leave the cache in the same
 // state, not holding the key's previous value for good: otherwise what the
 // mirror holds depends on how it heard of the change. (It did, until the
-// adapter followed the put's EventError with a deletion of the key.)
+// adapter's EventError for the put named the key for the mirror to evict.)
 func TestInformer_ValueThatStopsDecodingLeavesTheCacheAsARelistWould(t *testing.T) {
 	t.Parallel()
 	m := startEtcd(t)

@@ -149,7 +149,7 @@ func TestWatch_FromCompactedRevisionIsExpired(t *testing.T) {
 	require.Equal(t, err, again, "the error sticks")
 }
 
-func TestWatch_DecodeFailureIsReportedAndDropsTheKey(t *testing.T) {
+func TestWatch_PutThatFailsToDecodeIsOneKeyOnlyError(t *testing.T) {
 	m := startEtcd(t)
 	c := newClient(t, m.endpoint())
 	ctx := context.Background()
@@ -168,11 +168,6 @@ func TestWatch_DecodeFailureIsReportedAndDropsTheKey(t *testing.T) {
 			d, err := c.Delete(ctx, prefix+"b")
 			require.NoError(t, err)
 
-			// a's previous value, 1, decodes and comes with PrevValues.
-			aPrev, aKeyOnly := 0, true
-			if prev {
-				aPrev, aKeyOnly = 1, false
-			}
 			type want struct {
 				typ     mirror.EventType
 				key     string
@@ -182,27 +177,27 @@ func TestWatch_DecodeFailureIsReportedAndDropsTheKey(t *testing.T) {
 			}
 			for i, exp := range []want{
 				{mirror.EventAdded, "a", 1, false, revs[0]},
-				{mirror.EventError, "b", 0, false, revs[1]},
-				{mirror.EventDeleted, "b", 0, true, revs[1]}, // nothing to drop: a no-op for a mirror
+				{mirror.EventError, "b", 0, true, revs[1]},
 				{mirror.EventAdded, "c", 3, false, revs[2]},
-				{mirror.EventError, "a", 0, false, revs[3]},
-				{mirror.EventDeleted, "a", aPrev, aKeyOnly, revs[3]},         // the stale value is dropped, as a relist would
+				{mirror.EventError, "a", 0, true, revs[3]},                   // the mirror evicts the stale value
 				{mirror.EventDeleted, "b", 0, true, rvOf(d.Header.Revision)}, // its previous value did not decode
 			} {
 				ev := next(t, w)
 				require.Equal(t, exp.typ, ev.Type, "event %d", i)
 				assert.Equal(t, exp.rv, ev.ResourceVersion, "event %d", i)
+				assert.Equal(t, prefix+exp.key, ev.Object.Key, "event %d", i)
+				assert.Equal(t, exp.keyOnly, ev.KeyOnly, "event %d", i)
 				if exp.typ == mirror.EventError {
+					assert.Equal(t, etcdmirror.Object[int]{Key: prefix + exp.key}, ev.Object, "event %d: the key alone", i)
 					var oe *mirror.ObjectError
 					require.ErrorAs(t, ev.Err, &oe)
 					assert.Equal(t, prefix+exp.key, oe.Key)
-					assert.Equal(t, ev.ResourceVersion, oe.ResourceVersion)
+					assert.Equal(t, exp.rv, oe.ResourceVersion, "the put's revision")
 					assert.ErrorIs(t, oe, strconv.ErrSyntax)
 					continue
 				}
-				assert.Equal(t, prefix+exp.key, ev.Object.Key, "event %d", i)
+				assert.NoError(t, ev.Err)
 				assert.Equal(t, exp.value, ev.Object.Value, "event %d", i)
-				assert.Equal(t, exp.keyOnly, ev.KeyOnly, "event %d", i)
 			}
 		})
 	}
