@@ -145,8 +145,8 @@ func (w *watcher[T]) open(ctx context.Context, rev int64, timeout time.Duration)
 	stop()
 	if timer != nil && !timer.Stop() {
 		w.release()
-		return fmt.Errorf("etcd: watch %q from rev %d: %w: %w",
-			w.lw.prefix, w.from, mirror.ErrUnavailable, context.DeadlineExceeded)
+		return fmt.Errorf("etcd: watch %q from rev %d: %w: etcd did not accept the watch within %v: %w",
+			w.lw.prefix, w.from, mirror.ErrUnavailable, timeout, context.DeadlineExceeded)
 	}
 	if err := ctx.Err(); err != nil {
 		w.release()

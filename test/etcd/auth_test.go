@@ -3,7 +3,6 @@ package etcd
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/listwatch/mirror"
 	etcdmirror "github.com/listwatch/mirror/adapters/etcd"
@@ -42,7 +41,7 @@ func newUserClient(t *testing.T, m *member, user, password string) *clientv3.Cli
 	t.Helper()
 	c, err := clientv3.New(clientv3.Config{
 		Endpoints:   []string{m.endpoint()},
-		DialTimeout: 5 * time.Second,
+		DialTimeout: eventTimeout, // authenticating is slow under -race
 		Logger:      zap.NewNop(),
 		Username:    user,
 		Password:    password,

@@ -114,6 +114,9 @@ func (m *member) start() error {
 	cfg.ElectionMs = 500
 	cfg.UnsafeNoFsync = true
 	cfg.MaxTxnOps = 1024
+	// Tests that turn auth on check passwords on every client and watch
+	// stream; at the default cost each check takes seconds under -race.
+	cfg.BcryptCost = 4 // bcrypt.MinCost
 	cfg.Logger = "zap"
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 
