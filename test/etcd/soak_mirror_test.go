@@ -98,6 +98,12 @@ func (s *soak) endEpoch(want map[string]etcdmirror.Object[string], rev int64) {
 	s.logf("mirror %d stops", e.n)
 	require.NoError(t, e.run.stop())
 	s.epoch = nil
+	// The mirror may have been ahead of the recording: the history must
+	// hold every change the handlers could have been told of.
+	seen := informerRev(e.run.inf)
+	require.Eventually(t, func() bool { return s.hist.lastRev() >= seen }, convergeTimeout, 10*time.Millisecond,
+		"the history reaches revision %d, where %v stopped", seen, e)
+	require.NoError(t, s.hist.failure())
 	var broken []string
 	for _, h := range e.handlers {
 		if rev > 0 {
