@@ -22,7 +22,6 @@ import (
 // 9829, finalStateUnknown=false) for a key whose next change in etcd's
 // history was an undecodable put at rev 9953, then a deletion.
 func TestDeltaFIFO_KeyDeletedAfterItsValueStoppedDecodingIsStillAnUnknownDeletion(t *testing.T) {
-	t.Skip("bug: DeltaFIFO lets a key-only deletion replace the tombstone of a key whose value stopped decoding, so handlers get an observed delete of a state etcd never deleted (see report)")
 	for _, tc := range []struct {
 		name string
 		// relist: the value stops decoding before the Reflector lists,

@@ -13,14 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// fifoEvictBug says that a DeltaFIFO still turns the eviction of a key
-// whose value stopped decoding, followed by the key's deletion, into an
-// observed delete of the state before (see the skipped
-// TestDeltaFIFO_KeyDeletedAfterItsValueStoppedDecodingIsStillAnUnknownDeletion):
-// the soak counts those lies, and fails on every other. Set it to false
-// once that test passes.
-const fifoEvictBug = true
-
 // soakEpoch is one mirror's life, from a start to a stop: an informer
 // and its handlers, whose accounting is their own.
 type soakEpoch struct {
@@ -113,7 +105,7 @@ func (s *soak) endEpoch(want map[string]etcdmirror.Object[string], rev int64) {
 				assert.Equal(t, want, h.calls.view(), "%v: the %s handler's view after the informer stopped", e, h.name)
 			}
 		}
-		opts := checkOptions{bounded: h.bounded, fifoEvictBug: fifoEvictBug && e.queue == mirror.DeltaFIFOQueue}
+		opts := checkOptions{bounded: h.bounded}
 		counts, hb := checkCalls(s.hist, soakDecode, h.calls.all(), opts)
 		s.stats.calls.addUp(counts)
 		for _, b := range hb {

@@ -389,10 +389,10 @@ func (s *soak) logSummary() {
 		"faults: %d members closed and restarted, %d cuts, %d pauses, %d compactions, %d mirror restarts; "+
 		"%d mirrors, %d checked against a Get; mirrors: %d lists (%d relists), %d watches, %d events; "+
 		"calls checked: %d adds, %d updates, %d resyncs, %d observed deletes, %d unknown deletes (%d of them followed by the add of a re-created key); "+
-		"%d undecodable values reported; %d lies of the known DeltaFIFO bug",
+		"%d undecodable values reported",
 		s.seed, st.ops, st.puts, st.deletes, st.txns, st.badValues, st.writeErrs,
 		st.kills, st.cuts, st.pauses, st.compactions, st.mirrorRestarts,
 		st.epochs, st.checked, st.lists, st.relists, st.watches, st.events,
 		st.calls.adds, st.calls.updates, st.calls.resyncs, st.calls.observedDeletes, st.calls.unknownDeletes, st.calls.replaced,
-		st.objectErrors, st.calls.fifoEvictBugs)
+		st.objectErrors)
 }
