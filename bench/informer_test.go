@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"log/slog"
 	"strconv"
 	"sync"
 	"testing"
@@ -38,7 +39,9 @@ var informerImpls = []struct {
 }
 
 func startMirror(lw mirror.ListWatcher[*Obj], hs []handlerSpec) func() {
-	inf := mirror.NewInformer(lw, mirror.InformerOptions[Key, *Obj]{KeyFunc: KeyOf})
+	// Logs would land in the middle of the benchmark's result lines: a
+	// nil Logger means slog.Default().
+	inf := mirror.NewInformer(lw, mirror.InformerOptions[Key, *Obj]{KeyFunc: KeyOf, Logger: slog.New(slog.DiscardHandler)})
 	for _, h := range hs {
 		_, err := inf.AddEventHandler(mirror.HandlerFuncs[*Obj]{
 			AddFunc:    func(o *Obj, _ bool) { h.add(o) },

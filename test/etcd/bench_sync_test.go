@@ -97,6 +97,7 @@ func benchInformerSync(b *testing.B, lw mirror.ListWatcher[etcdmirror.KV], n int
 		m.start(b)
 		inf := mirror.NewInformer(lw, mirror.InformerOptions[string, etcdmirror.KV]{
 			KeyFunc:      etcdmirror.Key[[]byte],
+			Logger:       quiet,
 			Reflector:    ropts,
 			ErrorHandler: func(err error) { b.Error(err) },
 		})

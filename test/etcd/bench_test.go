@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"runtime"
 	"runtime/metrics"
@@ -48,6 +49,10 @@ import (
 //	              op needed at its worst
 
 var bench1M = flag.Bool("etcd.1m", false, "etcd benchmarks: run the 1M-key rows too")
+
+// quiet is the benchmarks' informers' Logger: logs would land in the
+// middle of the result lines (a nil Logger means slog.Default()).
+var quiet = slog.New(slog.DiscardHandler)
 
 // benchSizes are the key counts of the sync and relist rows: 100k, and
 // 1M with -etcd.1m; with -short (CI runs every benchmark once), 10k.

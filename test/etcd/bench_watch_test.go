@@ -63,6 +63,7 @@ func BenchmarkWatchApply(b *testing.B) {
 		}
 		inf := mirror.NewInformer(etcdmirror.New(c, prefix, etcdmirror.Options{}), mirror.InformerOptions[string, etcdmirror.KV]{
 			KeyFunc:      etcdmirror.Key[[]byte],
+			Logger:       quiet,
 			ErrorHandler: func(err error) { b.Error(err) },
 		})
 		_, err := inf.AddEventHandler(mirror.HandlerFuncs[etcdmirror.KV]{
