@@ -41,7 +41,7 @@ func newMirror(client *clientv3.Client, prefix string, p *printer) *mirrorState 
 	m := &mirrorState{}
 	lw := etcdmirror.NewTyped(client, prefix, decodeService, etcdmirror.Options{})
 	m.inf = mirror.NewInformer(lw, mirror.InformerOptions[string, object]{
-		KeyFunc: etcdmirror.Key[Service],
+		KeyFunc: etcdmirror.KeyOf[Service],
 		Indexers: mirror.Indexers[object]{
 			"zone": func(o object) ([]string, error) { return []string{o.Value.Zone}, nil },
 		},

@@ -65,7 +65,7 @@ func BenchmarkInitialSync(b *testing.B) {
 		for b.Loop() {
 			cpu.start()
 			inf := mirror.NewInformer(lw, mirror.InformerOptions[string, etcdmirror.KV]{
-				KeyFunc:      etcdmirror.Key[[]byte],
+				KeyFunc:      etcdmirror.KeyOf[[]byte],
 				Reflector:    mirror.ReflectorOptions{PageSize: syncPageSize},
 				ErrorHandler: func(err error) { b.Error(err) },
 			})
@@ -185,7 +185,7 @@ func BenchmarkWatchApply(b *testing.B) {
 			}
 		}
 		inf := mirror.NewInformer(etcdmirror.New(c, prefix, etcdmirror.Options{}), mirror.InformerOptions[string, etcdmirror.KV]{
-			KeyFunc:      etcdmirror.Key[[]byte],
+			KeyFunc:      etcdmirror.KeyOf[[]byte],
 			ErrorHandler: func(err error) { b.Error(err) },
 		})
 		_, err := inf.AddEventHandler(mirror.HandlerFuncs[etcdmirror.KV]{
