@@ -3,6 +3,7 @@ package etcd_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -112,7 +113,7 @@ func TestNewInformer_RelistReportsOnlyChangesAndARecreatedKeyAsDeleteThenAdd(t *
 				"add /c v2",
 				"delete /d v1 unknown=true",
 			}, got, "nothing about /a, which did not change")
-			assert.Less(t, indexOf(got, "delete /c v1 unknown=true"), indexOf(got, "add /c v2"), "/c: delete, then add")
+			assert.Less(t, slices.Index(got, "delete /c v1 unknown=true"), slices.Index(got, "add /c v2"), "/c: delete, then add")
 		})
 	}
 }
@@ -127,13 +128,4 @@ func TestNewInformer_KeepsTheCallersFunctions(t *testing.T) {
 		"update /c v1->v2",
 		"delete /d v1 unknown=true",
 	}, got)
-}
-
-func indexOf(s []string, v string) int {
-	for i, x := range s {
-		if x == v {
-			return i
-		}
-	}
-	return -1
 }

@@ -8,7 +8,10 @@
 // caller's. New takes the List and Watch methods of any typed client;
 // NewDynamic takes a dynamic client's resource (any resource, custom
 // resources included); FromListerWatcher takes a client-go
-// cache.ListerWatcher.
+// cache.ListerWatcher. NewInformer makes an informer of any of them, keyed
+// by namespace and name, indexed by namespace, that reports a relisted
+// object only if its resource version changed, and an object deleted and
+// created again unseen (a new UID) as a deletion then an addition.
 //
 // Lists are paged with limit and continue; a list at a resource version
 // asks for a state not older than that version. Watches ask for bookmarks
@@ -55,11 +58,13 @@ type WatchFunc func(ctx context.Context, opts metav1.ListOptions) (watch.Interfa
 // Options tunes a ListWatcher. The zero value lists and watches every
 // object the client can reach.
 type Options struct {
-	// LabelSelector and FieldSelector restrict lists and watches to the
-	// objects they select, in the syntax of metav1.ListOptions (for
-	// example "app=web" and "spec.nodeName=node-1"). Empty selects every
-	// object.
+	// LabelSelector restricts lists and watches to the objects whose
+	// labels it selects, in the syntax of metav1.ListOptions (for
+	// example "app=web"). Empty selects every object.
 	LabelSelector string
+	// FieldSelector restricts lists and watches to the objects whose
+	// fields it selects, in the same syntax (for example
+	// "spec.nodeName=node-1"). Empty selects every object.
 	FieldSelector string
 }
 

@@ -9,8 +9,11 @@ import (
 // namespace, empty for a cluster-scoped object, and its name. It is
 // comparable, so an informer keyed by it builds no string per object.
 type Key struct {
+	// Namespace is the object's namespace; empty for a cluster-scoped
+	// object.
 	Namespace string
-	Name      string
+	// Name is the object's name.
+	Name string
 }
 
 // String returns the key as client-go writes it: "namespace/name", or
