@@ -61,7 +61,7 @@ type goPackage struct {
 // their features, sorted.
 func list(paths []string) ([]string, error) {
 	if len(paths) == 0 {
-		return nil, errors.New("usage: apilist importpath...")
+		return nil, errors.New("usage: apilist importpath [importpath ...] (run from the repository root)")
 	}
 	cmd := exec.Command("go", append([]string{"list", "-export", "-deps", "-json=ImportPath,Dir,GoFiles,Export,DepOnly"}, paths...)...)
 	cmd.Stderr = os.Stderr
