@@ -84,7 +84,9 @@ func startInformer(t *testing.T, src *source) (*mirror.Informer[string, Product]
 	reg, err := inf.AddEventHandler(mirror.HandlerFuncs[Product]{
 		AddFunc:    func(p Product, _ bool) { notes <- fmt.Sprintf("add %s %d", p.Name, p.Price) },
 		UpdateFunc: func(old, p Product) { notes <- fmt.Sprintf("update %s %d->%d", p.Name, old.Price, p.Price) },
-		DeleteFunc: func(p Product, unknown bool) { notes <- fmt.Sprintf("delete %s %d unknown=%t", p.Name, p.Price, unknown) },
+		DeleteFunc: func(p Product, unknown bool) {
+			notes <- fmt.Sprintf("delete %s %d unknown=%t", p.Name, p.Price, unknown)
+		},
 	}, mirror.HandlerOptions{})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
