@@ -185,6 +185,15 @@ func (f *DeltaFIFO[K, T]) delete(obj T, keyOnly, tombstone bool) error {
 		return nil
 	}
 	if keyOnly {
+		if p, queued := f.q.find(key); queued && p.deltas[len(p.deltas)-1].Type == Deleted {
+			// The key has left already: a tombstone (a relist lacked
+			// it, or its value could not be produced) or a deletion
+			// says so. A deletion that names the key alone would only
+			// turn that into a claim that the state the queue last
+			// knew was seen deleted, when that state was not the one
+			// deleted.
+			return nil
+		}
 		obj = last
 	} else if obj, err = f.transformLocked(key, obj); err != nil {
 		obj = last

@@ -39,3 +39,30 @@ func TestDeltaFIFO_EvictQueuesATombstoneWithTheLastStateKnown(t *testing.T) {
 	}
 	require.ErrorIs(t, newTestDeltaFIFO(nil, false).Evict(obj{name: "bad"}), errBadKey)
 }
+
+func TestDeltaFIFO_KeyOnlyDeletionAfterAQueuedDeletionAddsNothing(t *testing.T) {
+	tests := []struct {
+		name string
+		ops  func(f *DeltaFIFO[string, obj])
+		want Deltas[obj]
+	}{
+		{name: "after an eviction: still unknown",
+			ops:  func(f *DeltaFIFO[string, obj]) { _ = f.Evict(obj{name: "a"}) },
+			want: Deltas[obj]{tombstone(obj{"a", 1})}},
+		{name: "after a relist's tombstone: still unknown",
+			ops:  func(f *DeltaFIFO[string, obj]) { _ = f.Replace(nil, "") },
+			want: Deltas[obj]{tombstone(obj{"a", 1})}},
+		{name: "after an observed deletion: one deletion",
+			ops:  func(f *DeltaFIFO[string, obj]) { _ = f.Delete(obj{"a", 2}) },
+			want: Deltas[obj]{deleted(obj{"a", 2})}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newTestDeltaFIFO(knownMap{"a": {"a", 1}}, false)
+			tt.ops(f)
+			require.NoError(t, f.DeleteKeyOnly(obj{name: "a"}))
+			got, _ := f.GetByKey("a")
+			assert.Equal(t, tt.want, got)
+		})
+	}
+}

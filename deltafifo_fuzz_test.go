@@ -119,6 +119,28 @@ func (m *deltaModel) delete(o obj) {
 	m.push(o.name, Delta[obj]{Type: Deleted, Object: o})
 }
 
+// deleteKeyOnly is DeleteKeyOnly (tombstone false) and Evict (true): the
+// deletion carries the last state known, untransformed, and one that
+// names the key alone adds nothing after a queued deletion.
+func (m *deltaModel) deleteKeyOnly(key string, tombstone bool) {
+	if key == "bad" {
+		return
+	}
+	m.populate()
+	if !m.queued(key) {
+		if m.known == nil {
+			return
+		}
+		if _, ok := m.known[key]; !ok {
+			return
+		}
+	}
+	if ds := m.items[key]; !tombstone && len(ds) > 0 && ds[len(ds)-1].Type == Deleted {
+		return
+	}
+	m.push(key, Delta[obj]{Type: Deleted, Object: m.last(key), Tombstone: tombstone})
+}
+
 func (m *deltaModel) replace(list []obj) {
 	typ := Sync
 	if m.emitReplaced {
@@ -216,6 +238,8 @@ const (
 	opPopRequeue
 	opAddIfNotPresent // re-adds the last popped deltas
 	opPopBatch
+	opDeleteKeyOnly
+	opEvict
 	numOps
 )
 
@@ -317,6 +341,12 @@ func runModelScenario(t *testing.T, data []byte) {
 		case opResync:
 			require.NoError(t, f.Resync(), desc)
 			m.resync()
+		case opDeleteKeyOnly:
+			_ = f.DeleteKeyOnly(obj{name: o.name})
+			m.deleteKeyOnly(o.name, false)
+		case opEvict:
+			_ = f.Evict(obj{name: o.name})
+			m.deleteKeyOnly(o.name, true)
 		case opPop:
 			popOne(false)
 		case opPopRequeue:

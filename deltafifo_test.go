@@ -194,9 +194,11 @@ func TestDeltaFIFO_DeleteKeyOnlyCarriesTheLastStateTheQueueKnows(t *testing.T) {
 			ops:  func(f *DeltaFIFO[string, obj]) { _ = f.Update(obj{"a", 2}) },
 			want: Deltas[obj]{updated(obj{"a", 2}), deleted(obj{"a", 2})}},
 		{name: "unknown, not queued: dropped", known: knownMap{"z": {"z", 1}}},
-		{name: "after a tombstone: an observed deletion, which replaces it", known: knownMap{"a": {"a", 1}},
+		// A deletion that names the key alone does not know the final
+		// state either: the tombstone, which says so, stays.
+		{name: "after a tombstone: nothing more", known: knownMap{"a": {"a", 1}},
 			ops:  func(f *DeltaFIFO[string, obj]) { _ = f.Replace(nil, "") },
-			want: Deltas[obj]{deleted(obj{"a", 1})}},
+			want: Deltas[obj]{tombstone(obj{"a", 1})}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -36,8 +36,6 @@ func itemKey(it item) (string, error) {
 	return it.Name, nil
 }
 
-func itemName(it item) string { return it.Name }
-
 var queueKinds = []struct {
 	name string
 	kind mirror.QueueKind

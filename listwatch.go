@@ -23,6 +23,20 @@ type ListWatcher[T any] interface {
 	Watch(ctx context.Context, opts WatchOptions) (Watcher[T], error)
 }
 
+// StreamingListPreferrer is implemented by a ListWatcher that wants the
+// Reflector to get its state by streaming lists (see
+// WatchOptions.SendInitialEvents) even when ReflectorOptions.StreamingList
+// is false, as the Kubernetes adapter does. NewReflector
+// asks once; a source that then refuses a streaming list with an error
+// wrapping errors.ErrUnsupported gets List, as with StreamingList. A
+// ListWatcher that wraps another hides the preference unless it has the
+// method too and passes the question on.
+type StreamingListPreferrer interface {
+	// PrefersStreamingList reports whether the source wants streaming
+	// lists.
+	PrefersStreamingList() bool
+}
+
 // ListOptions selects a page of a list.
 type ListOptions struct {
 	// ResourceVersion is the version to list at:

@@ -69,7 +69,9 @@ type ReflectorOptions struct {
 	// StreamingList makes the Reflector get the initial state from a
 	// streaming list (a Watch with SendInitialEvents) and keep watching on
 	// the same stream. If the source answers with an error wrapping
-	// errors.ErrUnsupported, the Reflector uses List from then on.
+	// errors.ErrUnsupported, the Reflector uses List from then on. False
+	// leaves the choice to the source: one that implements
+	// StreamingListPreferrer and prefers them gets streaming lists too.
 	StreamingList bool
 
 	// ErrorHandler is called with every failure: List and Watch errors,
@@ -234,6 +236,9 @@ func NewReflector[T any](lw ListWatcher[T], store ReflectorStore[T], opts Reflec
 	}
 	if opts.Jitter == 0 {
 		opts.Jitter = defaultJitter
+	}
+	if p, ok := lw.(StreamingListPreferrer); ok && !opts.StreamingList {
+		opts.StreamingList = p.PrefersStreamingList()
 	}
 	logger := opts.Logger
 	if logger == nil {

@@ -37,6 +37,11 @@ func classify(ctx context.Context, err error) error {
 		// time: all pass, and the history after the last version seen is
 		// still there.
 		return mirror.ErrUnavailable
+	case apierrors.IsUnauthorized(err), apierrors.IsForbidden(err), isResourceNotFound(err):
+		// The credentials are refused or may not read these objects, or
+		// the server does not serve their type: asking again changes
+		// nothing until someone acts.
+		return mirror.ErrPermanent
 	}
 	var status apierrors.APIStatus
 	if errors.As(err, &status) {
@@ -57,6 +62,25 @@ func classify(ctx context.Context, err error) error {
 		return mirror.ErrUnavailable
 	}
 	return nil
+}
+
+// isResourceNotFound reports whether err is a 404 about the resource type
+// rather than about one object: the server does not serve the path of
+// the collection (a custom resource whose definition is missing or not
+// yet established, a group or version it does not know, a namespaced
+// path for a cluster-scoped type). A list or watch of a collection never
+// gets a 404 for an object (a namespace that does not exist, or a field
+// selector naming an object that does not, lists nothing), but a 404
+// that names one comes from a request about that object, such as a Get
+// behind a cache.ListerWatcher, and says that object is gone, not that
+// the type is: that is no reason to stop waiting for a sync.
+func isResourceNotFound(err error) bool {
+	var status apierrors.APIStatus
+	if !apierrors.IsNotFound(err) || !errors.As(err, &status) {
+		return false
+	}
+	d := status.Status().Details
+	return d == nil || d.Name == ""
 }
 
 // isTooLargeResourceVersion reports whether err says the server has not yet

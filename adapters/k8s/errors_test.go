@@ -18,9 +18,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apimachinery/pkg/watch"
 )
 
-var pods = schema.GroupResource{Resource: "pods"}
+var (
+	pods    = schema.GroupResource{Resource: "pods"}
+	widgets = schema.GroupResource{Group: "mirror.example.com", Resource: "widgets"}
+)
 
 // tooLarge is the error a kube-apiserver since 1.19 returns for a version
 // it has not reached.
@@ -74,8 +78,16 @@ func TestClassify_MapsKubernetesErrorsToMirrorKinds(t *testing.T) {
 		{"caller's deadline", done, context.DeadlineExceeded, nil},
 		{"caller canceled", done, &url.Error{Op: "Get", URL: "https://x", Err: context.Canceled}, nil},
 		{"500", live, apierrors.NewInternalError(errors.New("boom")), nil},
-		{"404", live, apierrors.NewNotFound(pods, ""), nil},
-		{"403", live, apierrors.NewForbidden(pods, "", errors.New("rbac")), nil},
+		{"401 unauthorized", live, apierrors.NewUnauthorized("bad token"), mirror.ErrPermanent},
+		{"401 from a proxy", live, apierrors.NewGenericServerResponse(http.StatusUnauthorized, "get", pods, "", "", 0, true), mirror.ErrPermanent},
+		{"403 forbidden", live, apierrors.NewForbidden(pods, "", errors.New("rbac")), mirror.ErrPermanent},
+		{"403 without a reason", live, &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusForbidden}}, mirror.ErrPermanent},
+		{"404 resource type not served", live, apierrors.NewGenericServerResponse(http.StatusNotFound, "get", widgets, "", "404 page not found", 0, true), mirror.ErrPermanent},
+		{"404 of a collection", live, apierrors.NewNotFound(pods, ""), mirror.ErrPermanent},
+		{"404 without details", live, &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusNotFound, Reason: metav1.StatusReasonNotFound}}, mirror.ErrPermanent},
+		{"404 of one object", live, apierrors.NewNotFound(pods, "web-1"), nil},
+		{"404 of a namespace", live, apierrors.NewNotFound(schema.GroupResource{Resource: "namespaces"}, "shop"), nil},
+		{"405", live, apierrors.NewMethodNotSupported(pods, "watch"), nil},
 		{"400", live, apierrors.NewBadRequest("bad"), nil},
 		{"other", live, errors.New("boom"), nil},
 	} {
@@ -121,5 +133,68 @@ func TestStreamingRefused_RecognisesTheServersRefusals(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			assert.Equal(t, tc.want, streamingRefused(tc.err))
 		})
+	}
+}
+
+func TestRefusals_WrapErrPermanentFromEveryRequest(t *testing.T) {
+	refusals := []struct {
+		name string
+		err  *apierrors.StatusError
+	}{
+		{"401", apierrors.NewUnauthorized("invalid bearer token")},
+		{"403", apierrors.NewForbidden(pods, "", errors.New(`User "nobody" cannot list resource "pods"`))},
+		{"404 resource type", apierrors.NewGenericServerResponse(http.StatusNotFound, "get", widgets, "", "404 page not found", 0, true)},
+	}
+	// Each request the adapter makes, made to fail with err; it returns
+	// the error the caller sees.
+	requests := []struct {
+		name string
+		do   func(t *testing.T, err *apierrors.StatusError) error
+	}{
+		{"List", func(t *testing.T, err *apierrors.StatusError) error {
+			f := &fakePods{lists: []fakeList{{err: err}}}
+			_, got := f.lw(Options{}).List(context.Background(), mirror.ListOptions{ResourceVersion: "0", Limit: 500})
+			return got
+		}},
+		{"Watch", func(t *testing.T, err *apierrors.StatusError) error {
+			f := &fakePods{watches: []fakeWatch{{err: err}}}
+			_, got := f.lw(Options{}).Watch(context.Background(), mirror.WatchOptions{ResourceVersion: "5"})
+			return got
+		}},
+		{"Watch from now", func(t *testing.T, err *apierrors.StatusError) error {
+			f := &fakePods{lists: []fakeList{{err: err}}}
+			_, got := f.lw(Options{}).Watch(context.Background(), mirror.WatchOptions{})
+			return got
+		}},
+		{"streaming list", func(t *testing.T, err *apierrors.StatusError) error {
+			f := &fakePods{watches: []fakeWatch{{err: err}}}
+			_, got := f.lw(Options{}).Watch(context.Background(), mirror.WatchOptions{SendInitialEvents: true})
+			assert.NotErrorIs(t, got, errors.ErrUnsupported, "a refusal of the client is not one of streaming")
+			return got
+		}},
+		{"watch Error event", func(t *testing.T, err *apierrors.StatusError) error {
+			src := newFakeSource()
+			f := &fakePods{watches: []fakeWatch{{src: src}}}
+			w, werr := f.lw(Options{}).Watch(context.Background(), mirror.WatchOptions{ResourceVersion: "5"})
+			require.NoError(t, werr)
+			defer w.Stop()
+			src.events <- watch.Event{Type: watch.Error, Object: &err.ErrStatus}
+			_, got := w.Next(context.Background())
+			return got
+		}},
+	}
+	for _, req := range requests {
+		for _, r := range refusals {
+			t.Run(req.name+"/"+r.name, func(t *testing.T) {
+				err := req.do(t, r.err)
+				require.ErrorIs(t, err, mirror.ErrPermanent)
+				for _, kind := range []error{mirror.ErrExpired, mirror.ErrTooLargeResourceVersion, mirror.ErrUnavailable} {
+					assert.NotErrorIs(t, err, kind)
+				}
+				var status *apierrors.StatusError
+				require.ErrorAs(t, err, &status, "the server's status stays visible")
+				assert.Equal(t, r.err.ErrStatus.Code, status.ErrStatus.Code)
+			})
+		}
 	}
 }

@@ -13,17 +13,21 @@
 // object only if its resource version changed, and an object deleted and
 // created again unseen (a new UID) as a deletion then an addition.
 //
-// Lists are paged with limit and continue; a list at a resource version
-// asks for a state not older than that version. Watches ask for bookmarks
-// and a server-side timeout. Streaming lists (sendInitialEvents) are asked
-// for when the Reflector wants one, and a server that refuses them makes
-// Watch fail with an error wrapping errors.ErrUnsupported, so the
-// Reflector falls back to List. The server's errors are classified for
-// the Reflector: 410 Gone and Expired wrap mirror.ErrExpired, "too large
-// resource version" wraps mirror.ErrTooLargeResourceVersion, and 429, 503,
-// 504, refused or lost connections wrap mirror.ErrUnavailable. The
-// original error stays visible to errors.As (*apierrors.StatusError, for
-// one).
+// An informer gets the objects by a streaming list (a watch with
+// sendInitialEvents) by default, as client-go's does since 1.35, unless
+// Options.NoStreamingList is set; a server that refuses them makes Watch
+// fail with an error wrapping errors.ErrUnsupported, so the Reflector
+// falls back to List. Lists are paged with limit and continue; a list at
+// a resource version asks for a state not older than that version.
+// Watches ask for bookmarks and a server-side timeout. The server's errors
+// are classified for the Reflector: 410 Gone and Expired wrap
+// mirror.ErrExpired, "too large resource version" wraps
+// mirror.ErrTooLargeResourceVersion, 429, 503, 504, refused or lost
+// connections wrap mirror.ErrUnavailable, and 401 Unauthorized, 403
+// Forbidden and a 404 for the resource type (a custom resource whose
+// definition is missing) wrap mirror.ErrPermanent, so that an informer
+// that cannot sync says so instead of waiting. The original error stays
+// visible to errors.As (*apierrors.StatusError, for one).
 package k8s
 
 import (
@@ -63,9 +67,20 @@ type Options struct {
 	// example "app=web"). Empty selects every object.
 	LabelSelector string
 	// FieldSelector restricts lists and watches to the objects whose
-	// fields it selects, in the same syntax (for example
-	// "spec.nodeName=node-1"). Empty selects every object.
+	// fields it selects, in the syntax of metav1.ListOptions (for
+	// example "spec.nodeName=node-1"). Empty selects every object.
 	FieldSelector string
+
+	// NoStreamingList turns streaming lists off: the informer lists with
+	// paged List calls, as client-go's did before 1.35. By default the
+	// ListWatcher asks for streaming lists (see PrefersStreamingList);
+	// a server that refuses them (before Kubernetes 1.27, or with the
+	// WatchList feature gate off) makes the informer list instead.
+	//
+	// client-go's fake clientsets cannot stream lists (their watches
+	// ignore sendInitialEvents); the adapter recognises the fake watches
+	// they return and lists instead, so they work with the default.
+	NoStreamingList bool
 }
 
 // ListWatcher lists and watches Kubernetes objects of type T through a
@@ -77,11 +92,16 @@ type ListWatcher[T Object] struct {
 	list  func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error)
 	watch WatchFunc
 	opts  Options
+	// cannotStream is set when the client said it cannot stream lists.
+	cannotStream bool
 	// what names T in errors, such as "*v1.Pod".
 	what string
 }
 
-var _ mirror.ListWatcher[*unstructured.Unstructured] = (*ListWatcher[*unstructured.Unstructured])(nil)
+var (
+	_ mirror.ListWatcher[*unstructured.Unstructured] = (*ListWatcher[*unstructured.Unstructured])(nil)
+	_ mirror.StreamingListPreferrer                  = (*ListWatcher[*unstructured.Unstructured])(nil)
+)
 
 // New returns a ListWatcher of the objects that list and watch return,
 // typically the methods of a typed client:
@@ -114,15 +134,41 @@ func NewDynamic(r dynamic.ResourceInterface, opts Options) *ListWatcher[*unstruc
 // FromListerWatcher returns a ListWatcher of the objects of type T that lw
 // lists and watches, such as one made by cache.NewListWatchFromClient.
 // The context is passed on if lw implements
-// cache.ListerWatcherWithContext.
+// cache.ListerWatcherWithContext. If lw says that its client cannot stream
+// lists, as those of client-go's fake clientsets do (through
+// cache.ToListWatcherWithWatchListSemantics), the ListWatcher never asks
+// it for one.
 func FromListerWatcher[T Object](lw cache.ListerWatcher, opts Options) *ListWatcher[T] {
 	c := cache.ToListerWatcherWithContext(lw)
-	return newListWatcher[T](c.ListWithContext, c.WatchWithContext, opts)
+	l := newListWatcher[T](c.ListWithContext, c.WatchWithContext, opts)
+	if u, ok := lw.(watchListUnsupported); ok && u.IsWatchListSemanticsUnSupported() {
+		l.cannotStream = true
+	}
+	return l
+}
+
+// watchListUnsupported is client-go's way for a client to say that it
+// cannot stream lists: its fake clientsets say so, and so does
+// a ListerWatcher that wraps one.
+type watchListUnsupported interface {
+	IsWatchListSemanticsUnSupported() bool
 }
 
 func newListWatcher[T Object](list func(context.Context, metav1.ListOptions) (runtime.Object, error), watch WatchFunc, opts Options) *ListWatcher[T] {
 	var zero T
 	return &ListWatcher[T]{list: list, watch: watch, opts: opts, what: fmt.Sprintf("%T", zero)}
+}
+
+// PrefersStreamingList reports whether lw wants the Reflector to get the
+// objects by a streaming list (a watch with sendInitialEvents) rather than
+// by paged lists: true unless Options.NoStreamingList is set or the client
+// said it cannot stream lists (see FromListerWatcher). It makes
+// *ListWatcher[T] a mirror.StreamingListPreferrer, so an informer streams
+// its lists without ReflectorOptions.StreamingList, as client-go's
+// informers do since 1.35; a server that refuses them makes the informer
+// list instead, from then on.
+func (lw *ListWatcher[T]) PrefersStreamingList() bool {
+	return !lw.opts.NoStreamingList && !lw.cannotStream
 }
 
 // listOptions returns the options every request of lw starts from.

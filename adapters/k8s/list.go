@@ -25,8 +25,8 @@ import (
 //
 // An item that is not a T is left out of Items and reported in Skipped as
 // an *mirror.ObjectError. Errors are classified with mirror.ErrExpired,
-// mirror.ErrTooLargeResourceVersion and mirror.ErrUnavailable where one
-// applies, and wrap the client's error too.
+// mirror.ErrTooLargeResourceVersion, mirror.ErrUnavailable and
+// mirror.ErrPermanent where one applies, and wrap the client's error too.
 func (lw *ListWatcher[T]) List(ctx context.Context, opts mirror.ListOptions) (mirror.ListResult[T], error) {
 	var res mirror.ListResult[T]
 	o := lw.listOptions()

@@ -28,7 +28,8 @@ import (
 // consistently; "0" for any; otherwise not older than it) as Added events,
 // then a bookmark with InitialEventsEnd set, then the changes. A server that
 // refuses streaming lists (before Kubernetes 1.27, or with the WatchList
-// feature gate off) makes Watch fail with an error wrapping
+// feature gate off), or a client that said it cannot stream them (see
+// FromListerWatcher), makes Watch fail with an error wrapping
 // errors.ErrUnsupported.
 //
 // With opts.AllowBookmarks the server's bookmarks become EventBookmark
@@ -57,6 +58,8 @@ func (lw *ListWatcher[T]) Watch(ctx context.Context, opts mirror.WatchOptions) (
 	}
 	o.ResourceVersion = opts.ResourceVersion
 	switch {
+	case opts.SendInitialEvents && lw.cannotStream:
+		return nil, fmt.Errorf("k8s: watch %s: the client cannot stream lists: %w", lw.what, errors.ErrUnsupported)
 	case opts.SendInitialEvents:
 		yes := true
 		o.SendInitialEvents = &yes
@@ -84,6 +87,15 @@ func (lw *ListWatcher[T]) Watch(ctx context.Context, opts mirror.WatchOptions) (
 		}
 		return nil, wrapError(ctx, err, "k8s: watch %s%s", lw.what, describe(o))
 	}
+	if opts.SendInitialEvents && isFakeWatch(src) {
+		// client-go's fake clientsets answer any watch with a fake
+		// watcher that ignores SendInitialEvents and so never closes the
+		// initial events: the informer would wait for good. A real
+		// server never returns these types; a fake one gets List.
+		src.Stop()
+		cancel()
+		return nil, fmt.Errorf("k8s: watch %s: a fake client cannot stream lists: %w", lw.what, errors.ErrUnsupported)
+	}
 	w := &watcher[T]{
 		lw:        lw,
 		src:       src,
@@ -99,6 +111,16 @@ func (lw *ListWatcher[T]) Watch(ctx context.Context, opts mirror.WatchOptions) (
 	// otherwise block for good on an event nobody receives.
 	w.unhook = context.AfterFunc(wctx, w.release)
 	return w, nil
+}
+
+// isFakeWatch reports whether w is one of apimachinery's fake watchers,
+// which client-go's fake clientsets return.
+func isFakeWatch(w watch.Interface) bool {
+	switch w.(type) {
+	case *watch.FakeWatcher, *watch.RaceFreeFakeWatcher:
+		return true
+	}
+	return false
 }
 
 // newestVersion returns the newest resource version of the objects,

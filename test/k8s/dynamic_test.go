@@ -91,10 +91,16 @@ func TestDynamic_CustomResourceInformerFollowsCreatesUpdatesAndDeletes(t *testin
 	}
 	create(ns2, "x", 7)
 
-	lw := k8s.NewDynamic(c.dynamic.Resource(widgets), k8s.Options{LabelSelector: selector})
-	inf := startInformer(t, lw, informerOptions{pageSize: 2})
-	requireConverged(t, inf, serverState())
-	requireIndexed(t, inf.Informer, ns1, "w0", "w1", "w2", "w3")
+	// One informer streams its list, the adapter's default; the other
+	// lists in pages of two, through etcd's continue tokens.
+	streamed := startInformer(t, k8s.NewDynamic(c.dynamic.Resource(widgets), k8s.Options{LabelSelector: selector}), informerOptions{})
+	paged := startInformer(t, k8s.NewDynamic(c.dynamic.Resource(widgets), k8s.Options{LabelSelector: selector, NoStreamingList: true}),
+		informerOptions{pageSize: 2})
+	infs := []*informer[*unstructured.Unstructured]{streamed, paged}
+	for _, inf := range infs {
+		requireConverged(t, inf, serverState())
+		requireIndexed(t, inf.Informer, ns1, "w0", "w1", "w2", "w3")
+	}
 
 	w1 := c.dynamic.Resource(widgets).Namespace(ns1)
 	got, err := w1.Get(ctx, "w1", metav1.GetOptions{})
@@ -104,19 +110,21 @@ func TestDynamic_CustomResourceInformerFollowsCreatesUpdatesAndDeletes(t *testin
 	require.NoError(t, err)
 	require.NoError(t, w1.Delete(ctx, "w2", metav1.DeleteOptions{}))
 	create(ns2, "y", 8)
-	requireConverged(t, inf, serverState())
-	requireIndexed(t, inf.Informer, ns2, "x", "y")
+	for _, inf := range infs {
+		requireConverged(t, inf, serverState())
+		requireIndexed(t, inf.Informer, ns2, "x", "y")
 
-	cached, ok := inf.GetByKey(k8s.Key{Namespace: ns1, Name: "w1"})
-	require.True(t, ok)
-	size, _, err := unstructured.NestedInt64(cached.Object, "spec", "size")
-	require.NoError(t, err)
-	assert.Equal(t, int64(100), size)
-	assert.Equal(t, "Widget", cached.GetKind())
-	for i, h := range inf.handlers {
-		assert.Equal(t, map[k8s.Key]int{{Namespace: ns1, Name: "w2"}: 1}, deleteCounts(h.deleteCalls()), "handler %d", i)
+		cached, ok := inf.GetByKey(k8s.Key{Namespace: ns1, Name: "w1"})
+		require.True(t, ok)
+		size, _, err := unstructured.NestedInt64(cached.Object, "spec", "size")
+		require.NoError(t, err)
+		assert.Equal(t, int64(100), size)
+		assert.Equal(t, "Widget", cached.GetKind())
+		for i, h := range inf.handlers {
+			assert.Equal(t, map[k8s.Key]int{{Namespace: ns1, Name: "w2"}: 1}, deleteCounts(h.deleteCalls()), "handler %d", i)
+		}
+		assert.Empty(t, inf.log.all())
 	}
-	assert.Empty(t, inf.log.all())
 }
 
 func TestMetadata_PartialObjectMetadataInformerFollowsCreatesUpdatesAndDeletes(t *testing.T) {

@@ -41,6 +41,14 @@ const convergeTimeout = 60 * time.Second
 // its proxy, which the servers of the cluster all accept.
 const token = "mirror-test-token"
 
+// nobodyToken is the bearer token of nobodyUser, who belongs to no group
+// but system:authenticated: RBAC lets that user read discovery and little
+// else, and nothing it may list unless a test grants it.
+const (
+	nobodyToken = "mirror-nobody-token"
+	nobodyUser  = "mirror-nobody"
+)
+
 // apiserverFlags are the kube-apiserver flags of every test server, but
 // for the token file.
 var apiserverFlags = []string{
@@ -53,6 +61,10 @@ var apiserverFlags = []string{
 	"--watch-cache-sizes=configmaps#0",
 	// Only the tests compact etcd.
 	"--etcd-compaction-interval=0",
+	// RBAC rather than the test server's AlwaysAllow, so that a client
+	// can be refused (nobodyToken). The token of the other clients is
+	// in system:masters, which every request is allowed to.
+	"--authorization-mode=RBAC",
 }
 
 func TestMain(m *testing.M) {
@@ -116,7 +128,9 @@ func startCluster(tb ktesting.TB) (*cluster, error) {
 	}
 	tb.Cleanup(c.proxy.close)
 	c.tokenFile = filepath.Join(tb.TempDir(), "tokens.csv")
-	if err := os.WriteFile(c.tokenFile, []byte(token+`,mirror-test,mirror-test,"system:masters"`+"\n"), 0o600); err != nil {
+	tokens := token + `,mirror-test,mirror-test,"system:masters"` + "\n" +
+		nobodyToken + "," + nobodyUser + "," + nobodyUser + "\n"
+	if err := os.WriteFile(c.tokenFile, []byte(tokens), 0o600); err != nil {
 		return nil, err
 	}
 	if err := c.startServer(tb); err != nil {
@@ -196,6 +210,17 @@ func (c *cluster) stopServer() {
 	c.server = nil
 	c.mu.Unlock()
 	ts.TearDownFn()
+}
+
+// clientWithToken returns a client that reaches the cluster through its
+// proxy as the user whose bearer token is tok.
+func (c *cluster) clientWithToken(t testing.TB, tok string) kubernetes.Interface {
+	t.Helper()
+	config := rest.CopyConfig(c.config)
+	config.BearerToken = tok
+	cs, err := kubernetes.NewForConfig(config)
+	require.NoError(t, err)
+	return cs
 }
 
 // admin returns a client that reaches the current server directly, with

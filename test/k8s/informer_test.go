@@ -38,7 +38,7 @@ func testTypedInformer[T k8s.Object, L runtime.Object](t *testing.T, k kind[T, L
 	k.create(t, c.client, ns1, "unlabelled", nil)
 
 	// Pages of two: ConfigMaps page through etcd's continue tokens.
-	inf := startInformer(t, k.lw(c.client, k8s.Options{LabelSelector: selector}), informerOptions{handlers: 2, pageSize: 2})
+	inf := startInformer(t, k.lw(c.client, k8s.Options{LabelSelector: selector, NoStreamingList: true}), informerOptions{handlers: 2, pageSize: 2})
 	requireConverged(t, inf, k.serverState(t, c.client, selector))
 	requireIndexed(t, inf.Informer, ns1, "a0", "a1", "a2", "a3", "a4")
 	requireIndexed(t, inf.Informer, ns2, "b0", "b1", "b2")
@@ -109,8 +109,10 @@ func TestInformer_RunReturnsAfterCancelAndLeavesNoGoroutine(t *testing.T) {
 	}{{"InOrder", mirror.InOrderQueue}, {"DeltaFIFO", mirror.DeltaFIFOQueue}} {
 		for _, streaming := range []bool{false, true} {
 			ctx, cancel := context.WithCancel(context.Background())
-			cms := runUntilCancelled(t, ctx, configMaps.lw(c.client, s.options()), q.kind, streaming)
-			ps := runUntilCancelled(t, ctx, pods.lw(c.client, s.options()), q.kind, streaming)
+			opts := s.options()
+			opts.NoStreamingList = !streaming
+			cms := runUntilCancelled(t, ctx, configMaps.lw(c.client, opts), q.kind)
+			ps := runUntilCancelled(t, ctx, pods.lw(c.client, opts), q.kind)
 			// Events in flight through the watches.
 			o0, v := k8s.Key{Namespace: s.ns, Name: "o0"}, fmt.Sprintf("%s-%v", q.name, streaming)
 			configMaps.annotate(t, c.client, o0, v)
@@ -146,14 +148,14 @@ type running[T k8s.Object] struct {
 
 // runUntilCancelled runs an informer of lw with a handler registered
 // before Run and one after, until ctx ends, and waits until both synced.
-func runUntilCancelled[T k8s.Object](t *testing.T, ctx context.Context, lw mirror.ListWatcher[T], q mirror.QueueKind, streaming bool) running[T] {
+// Whether it streams its lists is lw's choice.
+func runUntilCancelled[T k8s.Object](t *testing.T, ctx context.Context, lw mirror.ListWatcher[T], q mirror.QueueKind) running[T] {
 	t.Helper()
 	inf := mirror.NewInformer(lw, mirror.InformerOptions[k8s.Key, T]{
 		KeyFunc:      k8s.KeyOf[T],
 		Indexers:     mirror.Indexers[T]{k8s.NamespaceIndex: k8s.IndexByNamespace[T]},
 		Queue:        q,
 		ResyncPeriod: time.Second,
-		Reflector:    mirror.ReflectorOptions{StreamingList: streaming},
 		ErrorHandler: func(err error) { t.Errorf("%v", err) },
 	})
 	_, err := inf.AddEventHandler(newRecorder[T](), mirror.HandlerOptions{})

@@ -249,7 +249,7 @@ type informerOptions struct {
 	queue     mirror.QueueKind
 	handlers  int   // recording handlers registered before Run; 0 means 1
 	pageSize  int64 // 0: the Reflector's default
-	streaming bool  // streaming lists
+	streaming bool  // ReflectorOptions.StreamingList; without it, the ListWatcher chooses
 }
 
 // startInformer runs an informer of lw, keyed by namespace and name and

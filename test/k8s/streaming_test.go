@@ -3,6 +3,8 @@ package k8s
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/url"
 	"sync"
 	"testing"
 
@@ -14,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/features"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	featuregatetesting "k8s.io/component-base/featuregate/testing"
 )
 
@@ -60,7 +64,9 @@ func testStreamingOnAndOff[T k8s.Object, L runtime.Object](t *testing.T, k kind[
 	s := c.scope(t)
 	k.populate(t, c.client, s, 6)
 	streamed := &counting[T]{ListWatcher: k.lw(c.client, s.options())}
-	listed := &counting[T]{ListWatcher: k.lw(c.client, s.options())}
+	lopts := s.options()
+	lopts.NoStreamingList = true
+	listed := &counting[T]{ListWatcher: k.lw(c.client, lopts)}
 	sinf := startInformer(t, streamed, informerOptions{streaming: true})
 	linf := startInformer(t, listed, informerOptions{})
 	want := k.serverState(t, c.client, s.selector)
@@ -105,4 +111,111 @@ func TestStreamingList_FallsBackToListWhenTheServerRefusesIt(t *testing.T) {
 	assert.True(t, errors.Is(streams[0], errors.ErrUnsupported), "refused as unsupported: %v", streams[0])
 	assert.Positive(t, lists, "the informer lists instead")
 	assert.Empty(t, inf.log.all())
+}
+
+// request is one request a client made, and the status it got.
+type request struct {
+	method, path string
+	query        url.Values
+	status       int
+}
+
+// isStreamingList reports whether r asked for a streaming list.
+func (r request) isStreamingList() bool {
+	return r.query.Get("watch") == "true" && r.query.Get("sendInitialEvents") == "true"
+}
+
+// isList reports whether r was a List.
+func (r request) isList() bool { return r.method == http.MethodGet && r.query.Get("watch") != "true" }
+
+// requestLog records the requests of a client.
+type requestLog struct {
+	mu   sync.Mutex
+	reqs []request
+}
+
+func (l *requestLog) all() []request {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]request(nil), l.reqs...)
+}
+
+// wrap returns a RoundTripper that records each request of rt and the
+// status it got.
+func (l *requestLog) wrap(rt http.RoundTripper) http.RoundTripper {
+	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+		resp, err := rt.RoundTrip(req)
+		r := request{method: req.Method, path: req.URL.Path, query: req.URL.Query()}
+		if err == nil {
+			r.status = resp.StatusCode
+		}
+		l.mu.Lock()
+		l.reqs = append(l.reqs, r)
+		l.mu.Unlock()
+		return resp, err
+	})
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// recordedClient returns a client of the cluster whose requests log
+// records.
+func recordedClient(t *testing.T, c *cluster, log *requestLog) kubernetes.Interface {
+	t.Helper()
+	config := rest.CopyConfig(c.config)
+	config.Wrap(log.wrap)
+	cs, err := kubernetes.NewForConfig(config)
+	require.NoError(t, err)
+	return cs
+}
+
+func TestStreamingList_TheAdaptersDefaultStreamsAndFallsBackToList(t *testing.T) {
+	// Not parallel: the second case turns the server's WatchList off,
+	// for the whole process.
+	c := sharedCluster(t)
+	for _, tc := range []struct {
+		name      string
+		watchList bool // the server's feature gate
+	}{
+		{"server streams", true},
+		{"server refuses", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.WatchList, tc.watchList)
+			s := c.scope(t)
+			pods.populate(t, c.client, s, 4)
+			log := &requestLog{}
+			// The adapter with its default options, straight into an
+			// informer whose ReflectorOptions leave StreamingList off.
+			inf := startInformer(t, pods.lw(recordedClient(t, c, log), s.options()), informerOptions{})
+			requireConverged(t, inf, pods.serverState(t, c.client, s.selector))
+			pods.delete(t, c.client, k8s.Key{Namespace: s.ns, Name: "o0"})
+			pods.create(t, c.client, s.ns, "o4", s.labels)
+			requireConverged(t, inf, pods.serverState(t, c.client, s.selector))
+			assert.Empty(t, inf.log.all())
+
+			var streams, lists []request
+			for _, r := range log.all() {
+				switch {
+				case r.isStreamingList():
+					streams = append(streams, r)
+				case r.isList():
+					lists = append(lists, r)
+				}
+			}
+			require.NotEmpty(t, streams, "the informer asks for a streaming list")
+			assert.Equal(t, "/api/v1/pods", streams[0].path)
+			if tc.watchList {
+				assert.Equal(t, http.StatusOK, streams[0].status, "the server streams the list")
+				assert.Empty(t, lists, "the informer never lists")
+				assert.Equal(t, int64(1), inf.ReflectorStats().Lists)
+				return
+			}
+			require.Len(t, streams, 1, "one refusal is enough")
+			assert.Equal(t, http.StatusUnprocessableEntity, streams[0].status, "the server refuses the streaming list")
+			assert.NotEmpty(t, lists, "the informer lists instead")
+		})
+	}
 }
