@@ -34,8 +34,8 @@ type listener[K comparable, T any] struct {
 	delivered, panics atomic.Int64
 	// stampNext is the first of the processor's stamps this listener has
 	// not passed yet; it belongs to run.
-	stampNext uint64
-	maxBacklog   int
+	stampNext  uint64
+	maxBacklog int
 
 	wake     chan struct{} // capacity 1: a pending wake-up
 	stopped  chan struct{} // closed by stop
