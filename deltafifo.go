@@ -90,6 +90,13 @@ type DeltaFIFO[K comparable, T any] struct {
 	listing fifoListing[T]
 
 	batch []QueuedDeltas[K, T] // PopBatch's buffer, reused under the lock
+
+	// version is the version of the last event or list an informer's
+	// Reflector queued (see event); "" for a queue used on its own.
+	version string
+	// adds counts the keys ever queued; arrivals samples when.
+	adds     uint64
+	arrivals arrivals
 }
 
 // fifoListing is a list that a DeltaFIFO takes chunk by chunk.
@@ -144,18 +151,20 @@ var (
 // Add queues an Added delta for obj. If the key function or the
 // transformer fails, Add returns the error (a *KeyError for the key
 // function) and changes nothing.
-func (f *DeltaFIFO[K, T]) Add(obj T) error { return f.add(Added, obj) }
+func (f *DeltaFIFO[K, T]) Add(obj T) error { return f.add(Added, obj, "") }
 
 // Update queues an Updated delta for obj, like Add.
-func (f *DeltaFIFO[K, T]) Update(obj T) error { return f.add(Updated, obj) }
+func (f *DeltaFIFO[K, T]) Update(obj T) error { return f.add(Updated, obj, "") }
 
-func (f *DeltaFIFO[K, T]) add(typ DeltaType, obj T) error {
+// add queues a change of obj at version rv ("" if not known).
+func (f *DeltaFIFO[K, T]) add(typ DeltaType, obj T, rv string) error {
 	key, err := keyOf(f.keyFunc, obj)
 	if err != nil {
 		return err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.versionLocked(rv)
 	if obj, err = f.transformLocked(key, obj); err != nil {
 		return err
 	}
@@ -174,13 +183,13 @@ func (f *DeltaFIFO[K, T]) add(typ DeltaType, obj T) error {
 // transformer fails, the deletion is still queued, as DeleteKeyOnly queues
 // it, and Delete returns the error: the object is gone whatever its last
 // state looked like, and dropping the deletion would keep it for good.
-func (f *DeltaFIFO[K, T]) Delete(obj T) error { return f.delete(obj, false, false) }
+func (f *DeltaFIFO[K, T]) Delete(obj T) error { return f.delete(obj, false, false, "") }
 
 // DeleteKeyOnly is Delete for an obj that identifies the object but does
 // not hold its last state (see Event.KeyOnly): the Deleted delta carries
 // the last state the queue knows instead, the key's newest queued object
 // or else its object in KnownObjects, which is not transformed again.
-func (f *DeltaFIFO[K, T]) DeleteKeyOnly(obj T) error { return f.delete(obj, true, false) }
+func (f *DeltaFIFO[K, T]) DeleteKeyOnly(obj T) error { return f.delete(obj, true, false, "") }
 
 // Evict queues a tombstone (a Deleted delta with Tombstone set) for the
 // object identified by obj, which the source still holds in a state the
@@ -188,15 +197,17 @@ func (f *DeltaFIFO[K, T]) DeleteKeyOnly(obj T) error { return f.delete(obj, true
 // carries the last state the queue knows, and a key that is neither queued
 // nor in KnownObjects is left alone. Consumers see a deletion whose final
 // state is unknown, not an observed one.
-func (f *DeltaFIFO[K, T]) Evict(obj T) error { return f.delete(obj, true, true) }
+func (f *DeltaFIFO[K, T]) Evict(obj T) error { return f.delete(obj, true, true, "") }
 
-func (f *DeltaFIFO[K, T]) delete(obj T, keyOnly, tombstone bool) error {
+// delete queues a deletion of obj at version rv ("" if not known).
+func (f *DeltaFIFO[K, T]) delete(obj T, keyOnly, tombstone bool, rv string) error {
 	key, err := keyOf(f.keyFunc, obj)
 	if err != nil {
 		return err
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.versionLocked(rv)
 	f.initial.populateLocked()
 	last, ok := f.lastLocked(key)
 	if !ok {
@@ -218,6 +229,56 @@ func (f *DeltaFIFO[K, T]) delete(obj T, keyOnly, tombstone bool) error {
 	}
 	f.queueLocked(key, Delta[T]{Type: Deleted, Object: obj, Tombstone: tombstone}, watchRoom)
 	return err
+}
+
+// event queues a watch event from an informer's Reflector, and records
+// its version: once the queue has drained, the consumer's cache is at that
+// version (see drainedVersionLocked).
+func (f *DeltaFIFO[K, T]) event(ev Event[T]) error {
+	switch ev.Type {
+	case EventAdded:
+		return f.add(Added, ev.Object, ev.ResourceVersion)
+	case EventModified:
+		return f.add(Updated, ev.Object, ev.ResourceVersion)
+	case EventDeleted:
+		return f.delete(ev.Object, ev.KeyOnly, false, ev.ResourceVersion)
+	case EventError:
+		if ev.KeyOnly {
+			return f.delete(ev.Object, true, true, ev.ResourceVersion)
+		}
+	}
+	// A bookmark, or an error about no object in particular: progress.
+	f.mu.Lock()
+	f.versionLocked(ev.ResourceVersion)
+	f.mu.Unlock()
+	return nil
+}
+
+// versionLocked records that everything queued is at version rv, if known.
+func (f *DeltaFIFO[K, T]) versionLocked(rv string) {
+	if rv != "" {
+		f.version = rv
+	}
+}
+
+// addedLocked counts a key queued.
+func (f *DeltaFIFO[K, T]) addedLocked() {
+	f.adds++
+	f.arrivals.queued(f.adds)
+}
+
+// stats returns the number of keys queued and of keys ever queued.
+func (f *DeltaFIFO[K, T]) stats() (depth int, adds int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.q.len(), int64(f.adds)
+}
+
+// drainedVersionLocked returns the version of the last event or list the
+// queue was given, and whether nothing is queued: then a consumer that has
+// applied everything it popped is at that version.
+func (f *DeltaFIFO[K, T]) drainedVersionLocked() (string, bool) {
+	return f.version, f.q.len() == 0
 }
 
 // lastLocked returns the newest state of key the queue knows: its newest
@@ -265,6 +326,7 @@ func (f *DeltaFIFO[K, T]) queueLocked(key K, d Delta[T], room int) *pending[T] {
 		p.deltas = appendDelta(p.deltas, d)
 	} else {
 		p.deltas = append(make(Deltas[T], 0, room), d)
+		f.addedLocked()
 	}
 	f.cond.Broadcast()
 	return p
@@ -311,6 +373,7 @@ func (f *DeltaFIFO[K, T]) AddIfNotPresent(key K, deltas Deltas[T]) error {
 func (f *DeltaFIFO[K, T]) requeueLocked(key K, deltas Deltas[T]) {
 	if p, queued := f.q.findOrPush(key); !queued {
 		p.deltas = deltas
+		f.addedLocked()
 		f.cond.Broadcast()
 	}
 }
@@ -447,9 +510,10 @@ func (f *DeltaFIFO[K, T]) listChunk(items []T) error {
 // the whole list would, but a streaming list has queued its objects
 // already and has no tombstone to make (but for keys queued meanwhile by
 // something other than the list, which a Reflector does not do).
-func (f *DeltaFIFO[K, T]) listDone() error {
+func (f *DeltaFIFO[K, T]) listDone(rv string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.versionLocked(rv)
 	l := f.listing
 	f.listing = fifoListing[T]{}
 	if !l.streaming {

@@ -33,7 +33,7 @@ func TestDeltaFIFO_FirstListInChunksIsPoppedAsItComesAndSyncsAtItsEnd(t *testing
 	assert.False(t, f.HasSynced(), "every listed key is popped, but the list is not done")
 
 	require.NoError(t, f.listChunk([]obj{{"d", 1}}))
-	require.NoError(t, f.listDone())
+	require.NoError(t, f.listDone(""))
 	assert.False(t, f.HasSynced())
 	assert.Equal(t, popped{"d", Deltas[obj]{replaced(obj{"d", 1})}, true}, popOne(t, f, known))
 	assert.True(t, f.HasSynced())
@@ -41,7 +41,7 @@ func TestDeltaFIFO_FirstListInChunksIsPoppedAsItComesAndSyncsAtItsEnd(t *testing
 
 	// An empty first list syncs at its end.
 	empty := newTestDeltaFIFO(knownMap{}, true)
-	require.NoError(t, empty.listDone())
+	require.NoError(t, empty.listDone(""))
 	assert.True(t, empty.HasSynced())
 }
 
@@ -71,7 +71,7 @@ func TestDeltaFIFO_ListInChunksIntoKnownObjectsIsQueuedAtItsEndAsReplaceQueuesIt
 			}
 			assert.Equal(t, before, snapshot(chunked), "nothing is queued before the list is whole")
 
-			require.ErrorIs(t, chunked.listDone(), errBadKey)
+			require.ErrorIs(t, chunked.listDone(""), errBadKey)
 			require.ErrorIs(t, whole.Replace(all, "5"), errBadKey)
 			assert.Equal(t, snapshot(whole), snapshot(chunked))
 			assert.NotEmpty(t, snapshot(chunked))
@@ -92,7 +92,7 @@ func TestDeltaFIFO_FirstListFailingMidwayLeavesWhatItQueuedForTheNextList(t *tes
 	// a, which it lacks, gets a tombstone; b, still queued, gets its
 	// newer state; the initial list is what that list leaves queued.
 	require.NoError(t, f.listChunk([]obj{{"b", 2}, {"c", 2}}))
-	require.NoError(t, f.listDone())
+	require.NoError(t, f.listDone(""))
 	assert.Equal(t, []popped{
 		{"b", Deltas[obj]{replaced(obj{"b", 1}), replaced(obj{"b", 2})}, true},
 		{"c", Deltas[obj]{replaced(obj{"c", 2})}, true},

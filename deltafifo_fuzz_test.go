@@ -409,7 +409,7 @@ func runModelScenario(t *testing.T, data []byte) {
 			_ = f.listChunk(chunk)
 			m.listChunk(chunk)
 		case opListDone:
-			_ = f.listDone()
+			_ = f.listDone("")
 			m.listDone()
 		case opListFail:
 			f.listFailed()

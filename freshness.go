@@ -1,6 +1,9 @@
 package mirror
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // Freshness says how current a mirror is known to be: up to which version
 // of its source, as of when, and what has kept the source from saying so
@@ -82,9 +85,10 @@ func (r *Reflector[T]) startStamps() (stop func()) {
 	return func() { r.stampTimer.Stop() }
 }
 
-// fail reports err, a failure to list or watch, and keeps it for
-// Freshness until the source is back.
-func (r *Reflector[T]) fail(err error) {
+// fail reports err, a failure to list or watch (counted in counter), and
+// keeps it for Freshness until the source is back.
+func (r *Reflector[T]) fail(counter *atomic.Int64, err error) {
+	counter.Add(1)
 	r.mu.Lock()
 	r.failure = err
 	r.mu.Unlock()

@@ -97,6 +97,14 @@ type InformerOptions[K comparable, T any] struct {
 	// means 3; failures of other kinds never end the wait.
 	SyncFailureLimit int
 
+	// Checkpoint, if its Path is set, makes the informer keep a
+	// checkpoint of its cache and resume from it (see CheckpointOptions).
+	Checkpoint CheckpointOptions[T]
+
+	// Metrics, if set, receives the informer's measurements (see Metrics);
+	// nil measures nothing. Stats works either way.
+	Metrics Metrics
+
 	// Reflector tunes listing and watching (page size, backoff, watch
 	// timeout, streaming lists). The informer adds to the fields it also
 	// sets, never overriding them: Logger, if set, receives the
@@ -145,6 +153,14 @@ type Informer[K comparable, T any] struct {
 	// distributed, and while a late handler's replay is taken, so that a
 	// late handler sees each change exactly once: in its replay or after.
 	applyMu sync.Mutex
+	// appliedRV is the source's version the cache is at: that of the last
+	// change, list or bookmark applied. Guarded by applyMu.
+	appliedRV string
+	// applied counts the queue's entries (keys, for the DeltaFIFO)
+	// applied; measured receives how long a sample of them waited. Both
+	// belong to the goroutine applying.
+	applied  uint64
+	measured InformerMetrics
 
 	synced     atomic.Bool
 	syncedCh   chan struct{}
@@ -253,15 +269,47 @@ func (inf *Informer[K, T]) Run(ctx context.Context) error {
 	r := NewReflector(inf.lw, store, ropts)
 	inf.reflector.Store(r)
 
+	cp := newCheckpointer(inf, inf.opts.Checkpoint)
+	if cp != nil {
+		if rv := cp.load(); rv != "" {
+			cp.resume(r, rv)
+		}
+	}
+
+	var im InformerMetrics
+	if inf.opts.Metrics != nil {
+		im = inf.opts.Metrics.Informer(inf.opts.Name, inf.Stats)
+		r.onListed = im.Listed
+		inf.measured = im
+		inf.queueArrivals().start()
+		defer inf.queueArrivals().stop()
+		defer im.Stop()
+	}
+
 	var wg sync.WaitGroup
-	inf.proc.run(ctx, &wg)
+	inf.proc.run(ctx, &wg, im)
 	wg.Go(func() { r.Run(ctx) })
 	wg.Go(func() { inf.applyLoop(ctx) })
+	if cp != nil {
+		wg.Go(func() { cp.run(ctx) })
+	}
 	<-ctx.Done()
 	// From here on no listener starts, so none can outlive Wait.
 	inf.proc.stop()
 	wg.Wait()
+	if cp != nil {
+		// Nothing applies any more: the cache is at the version it says.
+		cp.write()
+	}
 	return nil
+}
+
+// queueArrivals returns the queue's sampler of waiting times.
+func (inf *Informer[K, T]) queueArrivals() *arrivals {
+	if inf.fifo != nil {
+		return &inf.fifo.arrivals
+	}
+	return &inf.inOrder.arrivals
 }
 
 // minResyncPeriod is the shortest resync period among the handlers

@@ -44,6 +44,16 @@ func (inf *Informer[K, T]) applyLoop(ctx context.Context) {
 		}
 		inf.applyEntries(batch)
 		clear(batch) // drop references to popped objects
+		inf.applied += uint64(len(batch))
+		inf.measureWait()
+	}
+}
+
+// measureWait reports how long the sample of the entries applied so far
+// waited in the queue, if the informer has metrics.
+func (inf *Informer[K, T]) measureWait() {
+	if inf.measured != nil {
+		inf.queueArrivals().applied(inf.applied, inf.measured.Applied)
 	}
 }
 
@@ -58,7 +68,15 @@ func (inf *Informer[K, T]) applyDeltas(batch []QueuedDeltas[K, T]) error {
 			inf.applyDelta(item.Key, d, item.IsInInitialList)
 		}
 	}
+	// Keys pop in the order they were first queued, not in the order of
+	// their changes: the cache is at a version only once the queue has
+	// drained.
+	if v, drained := inf.fifo.drainedVersionLocked(); drained && v != "" {
+		inf.appliedRV = v
+	}
 	inf.proc.publish()
+	inf.applied += uint64(len(batch))
+	inf.measureWait()
 	return nil
 }
 
@@ -94,6 +112,10 @@ func (inf *Informer[K, T]) applyEntries(batch []inOrderEntry[K, T]) {
 			for k, obj := range inf.cache.All() {
 				inf.proc.distribute(notification[K, T]{kind: notifyUpdate, key: k, old: obj, obj: obj}, true)
 			}
+		case entryProgress, entryResumed:
+		}
+		if e.rv != "" {
+			inf.appliedRV = e.rv
 		}
 		if e.completesSync {
 			// The listeners must count the initial-list adds before
@@ -278,7 +300,8 @@ func (s fifoSyncWatch[K, T]) Replace(list []T, rv string) error {
 
 func (s fifoSyncWatch[K, T]) listChunk(items []T) error { return s.inf.fifo.listChunk(items) }
 
-func (s fifoSyncWatch[K, T]) listDone(string) error { return s.after(s.inf.fifo.listDone()) }
+func (s fifoSyncWatch[K, T]) listDone(rv string) error { return s.after(s.inf.fifo.listDone(rv)) }
+func (s fifoSyncWatch[K, T]) event(ev Event[T]) error  { return s.after(s.inf.fifo.event(ev)) }
 
 func (s fifoSyncWatch[K, T]) listFailed() { s.inf.fifo.listFailed() }
 

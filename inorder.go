@@ -33,6 +33,9 @@ type inOrderQueue[K comparable, T any] struct {
 	// resyncQueued is set while a resync entry waits: a second resync
 	// before it is applied would offer the same objects again.
 	resyncQueued bool
+	// adds counts the entries ever queued; arrivals samples when.
+	adds     uint64
+	arrivals arrivals
 }
 
 type entryKind uint8
@@ -54,6 +57,11 @@ const (
 	entryListEnd
 	entryListAbort
 	entryResync
+	// entryProgress only carries a version: a bookmark's.
+	entryProgress
+	// entryResumed completes the sync of an informer resumed from a
+	// checkpoint: the watch from the checkpoint's version is open.
+	entryResumed
 )
 
 // inOrderEntry is one queued change, list chunk, list end or abort, or
@@ -72,6 +80,9 @@ type inOrderEntry[K comparable, T any] struct {
 	key  K
 	obj  T
 	part *listPart[K, T]
+	// rv is the source's version once the entry is applied: the event's,
+	// or the list's for its end; "" if the entry does not say.
+	rv string
 }
 
 // listPart is one chunk of a list as the queue prepared it: the objects
@@ -146,38 +157,67 @@ var (
 	_ KeyOnlyDeleter[int] = (*inOrderQueue[int, int])(nil)
 	_ Evicter[int]        = (*inOrderQueue[int, int])(nil)
 	_ listApplier[int]    = (*inOrderQueue[int, int])(nil)
+	_ eventStore[int]     = (*inOrderQueue[int, int])(nil)
 )
 
 // Add queues an addition.
-func (q *inOrderQueue[K, T]) Add(obj T) error { return q.queueChange(entryAdded, obj) }
+func (q *inOrderQueue[K, T]) Add(obj T) error { return q.queueChange(entryAdded, obj, "") }
 
 // Update queues an update.
-func (q *inOrderQueue[K, T]) Update(obj T) error { return q.queueChange(entryUpdated, obj) }
+func (q *inOrderQueue[K, T]) Update(obj T) error { return q.queueChange(entryUpdated, obj, "") }
 
 // Delete queues a deletion. Whether the key is known is decided when it
 // is applied.
-func (q *inOrderQueue[K, T]) Delete(obj T) error { return q.queueChange(entryDeleted, obj) }
+func (q *inOrderQueue[K, T]) Delete(obj T) error { return q.queueChange(entryDeleted, obj, "") }
 
 // DeleteKeyOnly queues a deletion whose object holds only the key
 // (see Event.KeyOnly). It is not transformed: a transform may need more.
 func (q *inOrderQueue[K, T]) DeleteKeyOnly(obj T) error {
-	k, err := keyOf(q.keyFunc, obj)
-	if err != nil {
-		return err
-	}
-	q.push(inOrderEntry[K, T]{kind: entryDeletedKeyOnly, key: k, obj: obj})
-	return nil
+	return q.queueKeyOnly(entryDeletedKeyOnly, obj, "")
 }
 
 // Evict queues the eviction of the key of obj, which holds only what
 // identifies it (see Evicter). Whether the key is known is decided when it
 // is applied.
-func (q *inOrderQueue[K, T]) Evict(obj T) error {
+func (q *inOrderQueue[K, T]) Evict(obj T) error { return q.queueKeyOnly(entryEvicted, obj, "") }
+
+// event queues a watch event from the Reflector with its version (see
+// eventStore).
+func (q *inOrderQueue[K, T]) event(ev Event[T]) error {
+	switch ev.Type {
+	case EventAdded:
+		return q.queueChange(entryAdded, ev.Object, ev.ResourceVersion)
+	case EventModified:
+		return q.queueChange(entryUpdated, ev.Object, ev.ResourceVersion)
+	case EventDeleted:
+		if ev.KeyOnly {
+			return q.queueKeyOnly(entryDeletedKeyOnly, ev.Object, ev.ResourceVersion)
+		}
+		return q.queueChange(entryDeleted, ev.Object, ev.ResourceVersion)
+	case EventError:
+		if ev.KeyOnly {
+			return q.queueKeyOnly(entryEvicted, ev.Object, ev.ResourceVersion)
+		}
+	}
+	// A bookmark, or an error about no object in particular: progress.
+	if ev.ResourceVersion != "" {
+		q.push(inOrderEntry[K, T]{kind: entryProgress, rv: ev.ResourceVersion})
+	}
+	return nil
+}
+
+// queueKeyOnly queues a deletion or eviction whose object holds only the
+// key; it is not transformed, as a transform may need more.
+func (q *inOrderQueue[K, T]) queueKeyOnly(kind entryKind, obj T, rv string) error {
 	k, err := keyOf(q.keyFunc, obj)
 	if err != nil {
 		return err
 	}
-	q.push(inOrderEntry[K, T]{kind: entryEvicted, key: k})
+	e := inOrderEntry[K, T]{kind: kind, key: k, rv: rv}
+	if kind == entryDeletedKeyOnly {
+		e.obj = obj
+	}
+	q.push(e)
 	return nil
 }
 
@@ -199,18 +239,23 @@ func (q *inOrderQueue[K, T]) transformed(k K, obj T) (T, error) {
 // whose transform fails is queued with the key alone, as DeleteKeyOnly
 // queues it, since the object is gone whatever its last state looked like.
 // Either way the error is returned.
-func (q *inOrderQueue[K, T]) queueChange(kind entryKind, obj T) error {
+func (q *inOrderQueue[K, T]) queueChange(kind entryKind, obj T, rv string) error {
 	k, err := keyOf(q.keyFunc, obj)
 	if err != nil {
+		if rv != "" {
+			q.push(inOrderEntry[K, T]{kind: entryProgress, rv: rv})
+		}
 		return err
 	}
 	if obj, err = q.transformed(k, obj); err != nil {
 		if kind == entryDeleted {
-			q.push(inOrderEntry[K, T]{kind: entryDeletedKeyOnly, key: k})
+			q.push(inOrderEntry[K, T]{kind: entryDeletedKeyOnly, key: k, rv: rv})
+		} else if rv != "" {
+			q.push(inOrderEntry[K, T]{kind: entryProgress, rv: rv})
 		}
 		return err
 	}
-	q.push(inOrderEntry[K, T]{kind: kind, key: k, obj: obj})
+	q.push(inOrderEntry[K, T]{kind: kind, key: k, obj: obj, rv: rv})
 	return nil
 }
 
@@ -255,8 +300,8 @@ func (q *inOrderQueue[K, T]) listChunk(items []T) error {
 
 // listDone queues the end of the list whose chunks were queued since the
 // last end or abort (see listApplier).
-func (q *inOrderQueue[K, T]) listDone(string) error {
-	q.push(inOrderEntry[K, T]{kind: entryListEnd})
+func (q *inOrderQueue[K, T]) listDone(rv string) error {
+	q.push(inOrderEntry[K, T]{kind: entryListEnd, rv: rv})
 	return nil
 }
 
@@ -283,7 +328,7 @@ func (q *inOrderQueue[K, T]) push(e inOrderEntry[K, T]) {
 	case e.kind == entryListChunk:
 		// A list completes the sync with its end, not before.
 		e.initialList = !q.pushed
-	case e.kind == entryListAbort:
+	case e.kind == entryListAbort, e.kind == entryProgress:
 	case !q.pushed:
 		q.pushed = true
 		e.completesSync = true
@@ -295,7 +340,16 @@ func (q *inOrderQueue[K, T]) push(e inOrderEntry[K, T]) {
 		q.resyncQueued = true
 	}
 	q.entries.push(e)
+	q.adds++
+	q.arrivals.queued(q.adds)
 	q.cond.Signal()
+}
+
+// stats returns the number of entries waiting and of entries ever queued.
+func (q *inOrderQueue[K, T]) stats() (depth int, adds int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.entries.len(), int64(q.adds)
 }
 
 // interrupt wakes a popBatch waiting on an empty queue, so that it sees

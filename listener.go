@@ -23,12 +23,20 @@ import (
 type listener[K comparable, T any] struct {
 	handler      Handler[T]
 	name         string // HandlerOptions.Name
+	changesOnly  bool   // HandlerOptions.ChangesOnly
 	report       func(error)
 	upstream     func() bool // the informer has synced
 	resyncPeriod time.Duration
 	nextResync   time.Time   // guarded by processor.mu
 	started      atomic.Bool // run was started
-	maxBacklog   int
+	proc         *processor[K, T]
+
+	// delivered and panics count handler calls, for Informer.Stats.
+	delivered, panics atomic.Int64
+	// stampNext is the first of the processor's stamps this listener has
+	// not passed yet; it belongs to run.
+	stampNext  uint64
+	maxBacklog int
 
 	wake     chan struct{} // capacity 1: a pending wake-up
 	stopped  chan struct{} // closed by stop
@@ -323,7 +331,11 @@ func (l *listener[K, T]) run(ctx context.Context) {
 		l.hasSynced()
 		l.mu.Lock()
 		n := l.takeLocked(batch[:])
+		pos := l.pos.seq
 		l.mu.Unlock()
+		if m := l.proc.metrics; m != nil && n > 0 {
+			l.proc.stamps.passed(&l.stampNext, pos, time.Now, func(d time.Duration) { m.Delivered(l.name, d) })
+		}
 		if n == 0 {
 			select {
 			case <-l.wake:
@@ -337,6 +349,7 @@ func (l *listener[K, T]) run(ctx context.Context) {
 		initial := 0
 		for i := range batch[:n] {
 			if l.halted.Load() {
+				l.delivered.Add(int64(i))
 				return
 			}
 			l.call(&batch[i])
@@ -344,6 +357,7 @@ func (l *listener[K, T]) run(ctx context.Context) {
 				initial++
 			}
 		}
+		l.delivered.Add(int64(n))
 		clear(batch[:n]) // do not keep them reachable
 		if initial > 0 {
 			l.mu.Lock()
@@ -357,6 +371,7 @@ func (l *listener[K, T]) run(ctx context.Context) {
 func (l *listener[K, T]) call(n *notification[K, T]) {
 	defer func() {
 		if v := recover(); v != nil {
+			l.panics.Add(1)
 			l.report(&HandlerPanicError{Handler: l.name, Value: v, Stack: debug.Stack()})
 		}
 	}()

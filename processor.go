@@ -44,6 +44,13 @@ type processor[K comparable, T any] struct {
 	wg      *sync.WaitGroup
 	stopped bool
 
+	// metrics, if not nil, is set by run and receives the handlers'
+	// delivery latencies, measured from stamps: the sampled times at
+	// which publish told the listeners of new notifications.
+	metrics InformerMetrics
+	stamps  stampLog
+	sample  sampler // publish's; under applyMu
+
 	// The rest belongs to the goroutine holding the informer's applyMu,
 	// which alone distributes and publishes; it publishes everything it
 	// distributed before it lets go of applyMu, so a listener added under
@@ -66,6 +73,8 @@ func (p *processor[K, T]) add(l *listener[K, T], setup func()) error {
 		return ErrStopped
 	}
 	setup()
+	l.proc = p
+	l.stampNext = p.stamps.count()
 	p.listeners = append(p.listeners, l)
 	if p.ctx != nil {
 		p.startLocked(l)
@@ -79,6 +88,18 @@ func (p *processor[K, T]) stop() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.stopped = true
+	p.sample.stop()
+}
+
+// handlerStats returns the stats of every registered handler.
+func (p *processor[K, T]) handlerStats() []HandlerStats {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	hs := make([]HandlerStats, len(p.listeners))
+	for i, l := range p.listeners {
+		hs[i] = HandlerStats{Name: l.name, Backlog: l.backlog(), Delivered: l.delivered.Load(), Panics: l.panics.Load()}
+	}
+	return hs
 }
 
 // remove unregisters l and stops its goroutine; pending notifications are
@@ -107,11 +128,15 @@ func (p *processor[K, T]) remove(l *listener[K, T]) bool {
 	return found
 }
 
-// run starts every listener's goroutine under ctx and wg.
-func (p *processor[K, T]) run(ctx context.Context, wg *sync.WaitGroup) {
+// run starts every listener's goroutine under ctx and wg; m, if not nil,
+// receives delivery latencies.
+func (p *processor[K, T]) run(ctx context.Context, wg *sync.WaitGroup, m InformerMetrics) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.ctx, p.wg = ctx, wg
+	p.ctx, p.wg, p.metrics = ctx, wg, m
+	if m != nil {
+		p.sample.start(samplePeriod)
+	}
 	for _, l := range p.listeners {
 		p.startLocked(l)
 	}
@@ -157,6 +182,9 @@ func (p *processor[K, T]) publish() {
 		return
 	}
 	p.published = end
+	if p.metrics != nil && p.sample.take() {
+		p.stamps.add(end, time.Now())
+	}
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	for _, l := range p.listeners {

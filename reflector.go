@@ -104,27 +104,39 @@ type ReflectorOptions struct {
 type ReflectorStats struct {
 	// Lists counts the lists that completed (a List through all its pages,
 	// or a streaming list up to its closing bookmark) and were handed to
-	// the store's Replace.
+	// the store.
 	Lists int64
 	// Relists counts the completed lists after the first: Lists-1 once
-	// there was one.
-	Relists int64
+	// there was one. RelistsExpired counts those made because the source
+	// no longer had the version to watch from (ErrExpired,
+	// ErrTooLargeResourceVersion), RelistsAfterError those made after a
+	// watch failed in another way.
+	Relists, RelistsExpired, RelistsAfterError int64
 	// Watches counts the watch streams opened, streaming lists included.
 	Watches int64
 	// WatchRestarts counts the watches opened from the last version seen
-	// without a relist: after a watch ended normally, ended too soon, or
-	// found the source unavailable.
-	WatchRestarts int64
+	// without a relist, by why the watch before ended: normally
+	// (RestartsClosed, a timeout say), in under a second without an event
+	// (RestartsShort), or because the source was unavailable
+	// (RestartsUnavailable).
+	WatchRestarts, RestartsClosed, RestartsShort, RestartsUnavailable int64
 	// Events counts the watch events received, of every type, including
 	// the initial events of streaming lists.
 	Events int64
-	// Errors counts the errors reported to ErrorHandler.
-	Errors int64
+	// Errors counts the errors reported to ErrorHandler; the others count
+	// them by kind: failed lists (ListErrors), failed or ended watches
+	// (WatchErrors), objects the source could not produce (Skipped),
+	// objects or lists the store refused (StoreErrors).
+	Errors, ListErrors, WatchErrors, Skipped, StoreErrors int64
 }
 
 // reflectorCounters are the atomic counters behind ReflectorStats.
 type reflectorCounters struct {
-	lists, relists, watches, watchRestarts, events, errors atomic.Int64
+	lists, relists, relistsExpired, relistsAfterError     atomic.Int64
+	watches, watchRestarts                                atomic.Int64
+	restartsClosed, restartsShort, restartsUnavailable    atomic.Int64
+	events                                                atomic.Int64
+	errors, listErrors, watchErrors, skipped, storeErrors atomic.Int64
 }
 
 // Reflector mirrors a ListWatcher into a ReflectorStore. It lists the
@@ -162,6 +174,7 @@ type Reflector[T any] struct {
 	store   ReflectorStore[T]
 	keyOnly KeyOnlyDeleter[T] // store, if it is one
 	evicter Evicter[T]        // store, if it is one
+	events  eventStore[T]     // store, if it is one
 	applier listApplier[T]    // store, if it is one
 	chunks  ChunkLister[T]    // lw, if it is one
 	opts    ReflectorOptions  // defaults filled in
@@ -205,6 +218,15 @@ type Reflector[T any] struct {
 	backoff backoff
 	// attemptStart is when the current list or watch attempt started.
 	attemptStart time.Time
+	// listCause is why the next list is made.
+	listCause ListCause
+	// onListed, if set (by an informer with metrics), is told of every
+	// completed list.
+	onListed func(cause ListCause, objects int, took time.Duration)
+	// resumed, if set (by an informer started from a checkpoint), makes
+	// Run watch from lastRV before any list, and is called once that
+	// watch is open: the store already holds the state at lastRV.
+	resumed func()
 	// noStreaming is set once the source said it cannot stream lists.
 	noStreaming bool
 	// noChunks is set once the source said it cannot list in chunks.
@@ -282,6 +304,7 @@ func NewReflector[T any](lw ListWatcher[T], store ReflectorStore[T], opts Reflec
 	}
 	r.keyOnly, _ = store.(KeyOnlyDeleter[T])
 	r.evicter, _ = store.(Evicter[T])
+	r.events, _ = store.(eventStore[T])
 	r.applier, _ = store.(listApplier[T])
 	r.chunks, _ = lw.(ChunkLister[T])
 	return r
@@ -302,12 +325,21 @@ func (r *Reflector[T]) LastSyncResourceVersion() string {
 func (r *Reflector[T]) Stats() ReflectorStats {
 	c := &r.stats
 	return ReflectorStats{
-		Lists:         c.lists.Load(),
-		Relists:       c.relists.Load(),
-		Watches:       c.watches.Load(),
-		WatchRestarts: c.watchRestarts.Load(),
-		Events:        c.events.Load(),
-		Errors:        c.errors.Load(),
+		Lists:               c.lists.Load(),
+		Relists:             c.relists.Load(),
+		RelistsExpired:      c.relistsExpired.Load(),
+		RelistsAfterError:   c.relistsAfterError.Load(),
+		Watches:             c.watches.Load(),
+		WatchRestarts:       c.watchRestarts.Load(),
+		RestartsClosed:      c.restartsClosed.Load(),
+		RestartsShort:       c.restartsShort.Load(),
+		RestartsUnavailable: c.restartsUnavailable.Load(),
+		Events:              c.events.Load(),
+		Errors:              c.errors.Load(),
+		ListErrors:          c.listErrors.Load(),
+		WatchErrors:         c.watchErrors.Load(),
+		Skipped:             c.skipped.Load(),
+		StoreErrors:         c.storeErrors.Load(),
 	}
 }
 
@@ -322,8 +354,17 @@ func (r *Reflector[T]) Run(ctx context.Context) {
 		return
 	}
 	defer r.startStamps()()
+	r.listCause = ListInitial
 	r.logger.Info("reflector started")
 	defer r.logger.Info("reflector stopped")
+	if r.resumed != nil {
+		relistNow := r.resume(ctx)
+		// From here on the store holds what lists make of it.
+		r.resumed = nil
+		if !relistNow && ctx.Err() == nil && !r.pause(ctx) {
+			return
+		}
+	}
 	for ctx.Err() == nil {
 		relistNow := r.listAndWatch(ctx)
 		if ctx.Err() != nil {
@@ -333,6 +374,26 @@ func (r *Reflector[T]) Run(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// resumeFrom makes Run start by watching from rv, as if a list at rv had
+// been handed to the store (which holds that state already), and call
+// resumed once that watch is open. If the source no longer has rv, Run
+// lists as usual: the list is then a relist against the state the store
+// holds. It must be called before Run.
+func (r *Reflector[T]) resumeFrom(rv string, resumed func()) {
+	r.mu.Lock()
+	r.lastRV = rv
+	r.mu.Unlock()
+	r.resumed = resumed
+}
+
+// resume watches from the version resumeFrom set, until a list is needed
+// or ctx is done; it returns whether that list may start at once.
+func (r *Reflector[T]) resume(ctx context.Context) (relistNow bool) {
+	stopResync := r.startResync(ctx)
+	defer stopResync()
+	return r.watch(ctx, nil)
 }
 
 // listAndWatch gets the source's state into the store, then watches until
@@ -373,6 +434,7 @@ func (r *Reflector[T]) startResync(ctx context.Context) (stop func()) {
 			err := r.store.Resync()
 			r.unlockStore()
 			if err != nil {
+				r.stats.storeErrors.Add(1)
 				r.report(r.errorf("resync: %w", err))
 			}
 		}
@@ -440,6 +502,7 @@ func (r *Reflector[T]) report(err error) {
 func (r *Reflector[T]) reportSkipped(err error, listed map[objectRef]struct{}) {
 	var oe *ObjectError
 	if !errors.As(err, &oe) || oe.ResourceVersion == "" {
+		r.stats.skipped.Add(1)
 		r.report(err)
 		return
 	}
@@ -454,6 +517,7 @@ func (r *Reflector[T]) reportSkipped(err error, listed map[objectRef]struct{}) {
 		r.skipped = make(map[objectRef]struct{})
 	}
 	r.skipped[ref] = struct{}{}
+	r.stats.skipped.Add(1)
 	r.report(err)
 }
 

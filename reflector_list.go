@@ -68,7 +68,7 @@ func (r *Reflector[T]) list(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return err
 		}
-		r.fail(err)
+		r.fail(&r.stats.listErrors, err)
 		if !isGone(err) {
 			return err
 		}
@@ -212,7 +212,7 @@ func (r *Reflector[T]) streamList(ctx context.Context, rv string) (Watcher[T], e
 // it.
 func (r *Reflector[T]) streamFailed(rv string, err error) error {
 	err = r.errorf("streaming list from version %q: %w", rv, err)
-	r.fail(err)
+	r.fail(&r.stats.listErrors, err)
 	if isGone(err) {
 		r.setVersionGone()
 	}
@@ -273,6 +273,7 @@ func (s *listSink[T]) add(items []T) {
 	err := s.applier.listChunk(items)
 	s.r.unlockStore()
 	if err != nil {
+		s.r.stats.storeErrors.Add(1)
 		s.r.report(s.r.errorf("list: %w", err))
 	}
 }
@@ -316,6 +317,7 @@ func (r *Reflector[T]) replace(sink *listSink[T], n int, rv string) {
 	if err != nil {
 		// The store applied what it could (see ReflectorStore); refusing
 		// the list would only make the Reflector list again and again.
+		r.stats.storeErrors.Add(1)
 		r.report(r.errorf("replace with %d objects at version %q: %w", n, rv, err))
 	}
 	r.confirmed(rv, true)
@@ -326,8 +328,18 @@ func (r *Reflector[T]) replace(sink *listSink[T], n int, rv string) {
 	// The objects this list could not produce are, from now on, all
 	// there is to remember: the others were fixed or are gone.
 	r.skipped, r.listSkipped = r.listSkipped, nil
-	if r.stats.lists.Add(1) > 1 {
+	// A list after a resume is a relist too: the store held a state.
+	if r.stats.lists.Add(1) > 1 || r.listCause != ListInitial {
 		r.stats.relists.Add(1)
+	}
+	switch r.listCause {
+	case ListExpired:
+		r.stats.relistsExpired.Add(1)
+	case ListAfterError:
+		r.stats.relistsAfterError.Add(1)
+	}
+	if r.onListed != nil {
+		r.onListed(r.listCause, n, time.Since(r.attemptStart))
 	}
 	r.eventsSinceList = 0
 	r.logger.Debug("listed", "objects", n, "resourceVersion", rv)

@@ -789,7 +789,7 @@ func TestReflector_StreamingListReplacesAtEndBookmarkAndKeepsWatching(t *testing
 		require.Len(t, g.errs.Errors(), 1)
 		assert.ErrorAs(t, g.errs.Errors()[0], &objErr)
 		st := g.r.Stats()
-		assert.Equal(t, ReflectorStats{Lists: 1, Watches: 1, Events: 6, Errors: 1}, st)
+		assert.Equal(t, ReflectorStats{Lists: 1, Watches: 1, Events: 6, Errors: 1, Skipped: 1}, st)
 		g.stopRun()
 	})
 }
@@ -953,7 +953,35 @@ func TestReflector_StatsCountWhatHappened(t *testing.T) {
 		synctest.Wait()
 
 		assert.Equal(t, ReflectorStats{
-			Lists: 2, Relists: 1, Watches: 3, WatchRestarts: 1, Events: 2, Errors: 1,
+			Lists: 2, Relists: 1, RelistsExpired: 1,
+			Watches: 3, WatchRestarts: 1, RestartsClosed: 1,
+			Events: 2, Errors: 1, WatchErrors: 1,
+		}, g.r.Stats())
+		g.stopRun()
+	})
+}
+
+func TestReflector_StatsCountRelistsAndRestartsByCauseAndErrorsByKind(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newRig(ReflectorOptions{Jitter: noJitter})
+		g.lw.listErr(errBoom) // a list error
+		g.lw.lists <- listReply{res: ListResult[tobj]{ResourceVersion: "10",
+			Skipped: []error{&ObjectError{Key: "bad", ResourceVersion: "9", Err: errBoom}}}} // a skipped object
+		g.lw.watch(eofAfter(0))                                        // 1: very short
+		g.lw.watch(addedEvent("a", "1", "11"), end(errSrcUnavailable)) // 2: a restart after a short watch
+		g.lw.watchErr(errSrcUnavailable)                               // not opened
+		g.lw.watch(addedEvent("b", "1", "12"), end(io.EOF))            // 3: a restart after unavailability
+		g.lw.watch(end(errBoom))                                       // 4: a restart after a normal end
+		g.lw.page("20", "")                                            // a relist after an error
+		g.lw.watch(end(errSrcExpired))                                 // 5
+		g.lw.page("30", "")                                            // a relist after expiry
+		g.lw.watch()                                                   // 6
+		g.runFor(t, time.Hour)
+
+		assert.Equal(t, ReflectorStats{
+			Lists: 3, Relists: 2, RelistsExpired: 1, RelistsAfterError: 1,
+			Watches: 6, WatchRestarts: 3, RestartsClosed: 1, RestartsShort: 1, RestartsUnavailable: 1,
+			Events: 2, Errors: 7, ListErrors: 1, WatchErrors: 5, Skipped: 1,
 		}, g.r.Stats())
 		g.stopRun()
 	})

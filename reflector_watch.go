@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 )
 
@@ -27,7 +28,9 @@ var errNoWatcher = errors.New("nil Watcher and nil error from Watch")
 // returns whether the relist may start at once.
 func (r *Reflector[T]) watch(ctx context.Context, w Watcher[T]) (relistNow bool) {
 	start := time.Now()
-	restart := false
+	// restart, once a watch has ended, counts the next watch opened as a
+	// restart, for the reason the last one ended.
+	var restart *atomic.Int64
 	for {
 		rv := r.LastSyncResourceVersion()
 		if w == nil {
@@ -42,19 +45,25 @@ func (r *Reflector[T]) watch(ctx context.Context, w Watcher[T]) (relistNow bool)
 				if !r.watchFailed(ctx, rv, err) {
 					return r.relistAfter(err)
 				}
-				restart = true
+				restart = &r.stats.restartsUnavailable
 				continue
 			}
 			r.stats.watches.Add(1)
 			r.reachable()
-			if restart {
+			if r.resumed != nil {
+				resumed := r.resumed
+				r.resumed = nil
+				resumed()
+			}
+			if restart != nil {
 				r.stats.watchRestarts.Add(1)
+				restart.Add(1)
 			}
 		}
 		n, err := r.consume(ctx, w)
 		w.Stop()
 		w = nil
-		restart = true
+		restart = &r.stats.restartsClosed
 		if n > 0 {
 			// The source delivered: whatever failed before is over, and
 			// the next failure is a new one.
@@ -65,13 +74,16 @@ func (r *Reflector[T]) watch(ctx context.Context, w Watcher[T]) (relistNow bool)
 			return false
 		case errors.Is(err, io.EOF):
 			if n == 0 && time.Since(start) < shortWatch {
-				r.fail(r.errorf("watch from version %q: %w", rv, errVeryShortWatch))
+				restart = &r.stats.restartsShort
+				r.fail(&r.stats.watchErrors, r.errorf("watch from version %q: %w", rv, errVeryShortWatch))
 				if !r.pause(ctx) {
 					return false
 				}
 			}
 		case !r.watchFailed(ctx, rv, err):
 			return r.relistAfter(err)
+		default:
+			restart = &r.stats.restartsUnavailable
 		}
 	}
 }
@@ -80,7 +92,7 @@ func (r *Reflector[T]) watch(ctx context.Context, w Watcher[T]) (relistNow bool)
 // says the source is unavailable. It returns whether to watch again from
 // the last version seen; if not, a relist is needed.
 func (r *Reflector[T]) watchFailed(ctx context.Context, rv string, err error) (rewatch bool) {
-	r.fail(r.errorf("watch from version %q: %w", rv, err))
+	r.fail(&r.stats.watchErrors, r.errorf("watch from version %q: %w", rv, err))
 	// An unavailable source still has the history after the version the
 	// Reflector holds; a relist would only add load when it comes back.
 	return errors.Is(err, ErrUnavailable) && r.pause(ctx)
@@ -95,9 +107,11 @@ func (r *Reflector[T]) relistAfter(err error) (relistNow bool) {
 		r.setVersionGone()
 	}
 	if !isGone(err) {
+		r.listCause = ListAfterError
 		r.expiredRelist = false
 		return false
 	}
+	r.listCause = ListExpired
 	relistNow = !r.expiredRelist || r.eventsSinceList > 0
 	if !relistNow {
 		// The list at the last version succeeded but its version expired
@@ -131,6 +145,32 @@ func (r *Reflector[T]) apply(ev Event[T]) {
 	r.eventsSinceList++
 	var err error
 	r.lockStore()
+	switch {
+	case r.events != nil && ev.Type >= EventAdded && ev.Type <= EventError:
+		err = r.events.event(ev)
+	default:
+		err = r.applyToStore(ev)
+	}
+	r.unlockStore()
+	if ev.Type == EventError {
+		r.reportSkipped(r.errorf("watch at version %q: %w", ev.ResourceVersion, eventErr(ev)), nil)
+	}
+	if err != nil {
+		r.stats.storeErrors.Add(1)
+		r.report(r.errorf("%v event at version %q: %w", ev.Type, ev.ResourceVersion, err))
+	}
+	// An event without a version (an EventError may have none) says
+	// nothing about progress; taking "" would make the next watch start
+	// from "now" and miss what came between.
+	if ev.ResourceVersion != "" {
+		r.confirmed(ev.ResourceVersion, ev.Type == EventBookmark)
+	}
+}
+
+// applyToStore hands ev to a store that is not an eventStore, through
+// the store's methods.
+func (r *Reflector[T]) applyToStore(ev Event[T]) error {
+	var err error
 	switch ev.Type {
 	case EventAdded:
 		err = r.store.Add(ev.Object)
@@ -150,19 +190,17 @@ func (r *Reflector[T]) apply(ev Event[T]) {
 	default:
 		err = fmt.Errorf("unknown event type %v", ev.Type)
 	}
-	r.unlockStore()
-	if ev.Type == EventError {
-		r.reportSkipped(r.errorf("watch at version %q: %w", ev.ResourceVersion, eventErr(ev)), nil)
-	}
-	if err != nil {
-		r.report(r.errorf("%v event at version %q: %w", ev.Type, ev.ResourceVersion, err))
-	}
-	// An event without a version (an EventError may have none) says
-	// nothing about progress; taking "" would make the next watch start
-	// from "now" and miss what came between.
-	if ev.ResourceVersion != "" {
-		r.confirmed(ev.ResourceVersion, ev.Type == EventBookmark)
-	}
+	return err
+}
+
+// eventStore is a store the Reflector hands each watch event whole, with
+// its version: the informer's queues are, so that the informer knows
+// which version its cache is at once it has applied what they hold.
+type eventStore[T any] interface {
+	// event takes ev: a change, a bookmark, or an EventError (to be
+	// evicted if KeyOnly), as the Reflector would hand it to the store's
+	// other methods.
+	event(ev Event[T]) error
 }
 
 // evict drops the object obj identifies from the store: with Evict where

@@ -14,6 +14,11 @@
 // to decode is reported with its key and kept out of the mirror, as if the
 // key had left it without its final state being known; the rest of the
 // prefix is mirrored.
+//
+// NewTyped (or New, for raw values) makes the ListWatcher; NewInformer
+// makes an informer of it, keyed by etcd key, that reports a relisted key
+// only if its ModRevision changed, and a key deleted and created again
+// unseen as a deletion then an addition.
 package etcd
 
 import (
@@ -28,15 +33,15 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Object is one etcd key as the mirror holds it: the key, its decoded value
-// and etcd's metadata for it. In a deletion that carries the key alone
-// (mirror.Event.KeyOnly; see Options.PrevValues), every field but Key is
-// zero.
-type Object[T any] struct {
+// Object is one etcd key as the mirror holds it: the key, its value
+// decoded into a V, and etcd's metadata for it. In a deletion that carries
+// the key alone (mirror.Event.KeyOnly; see Options.PrevValues), every
+// field but Key is zero.
+type Object[V any] struct {
 	// Key is the full etcd key, prefix included.
 	Key string
 	// Value is the decoded value.
-	Value T
+	Value V
 	// CreateRevision is the revision at which the key was last created.
 	CreateRevision int64
 	// ModRevision is the revision at which the key was last changed.
@@ -50,14 +55,14 @@ type Object[T any] struct {
 // KV is a key with its raw value, as New produces it.
 type KV = Object[[]byte]
 
-// Key returns o.Key. It never fails; its signature lets it serve as a
-// mirror.KeyFunc[string, Object[T]].
-func Key[T any](o Object[T]) (string, error) { return o.Key, nil }
+// KeyOf returns o.Key. It never fails; its signature lets it serve as a
+// mirror.KeyFunc[string, Object[V]].
+func KeyOf[V any](o Object[V]) (string, error) { return o.Key, nil }
 
-// DecodeFunc turns the value stored under key into a T. An error is
+// DecodeFunc turns the value stored under key into a V. An error is
 // reported, and the key is left out of the mirror (a list skips it, a watch
 // evicts it; see ListWatcher.Watch); the rest of the prefix is mirrored.
-type DecodeFunc[T any] func(key string, value []byte) (T, error)
+type DecodeFunc[V any] func(key string, value []byte) (V, error)
 
 // Options tunes a ListWatcher. The zero value is ready to use.
 type Options struct {
@@ -124,15 +129,16 @@ func (o Options) progressInterval() time.Duration {
 }
 
 // ListWatcher lists and watches the keys under one prefix of an etcd
-// cluster. *ListWatcher[T] implements mirror.ListWatcher[Object[T]]. It is
+// cluster, whose values decode into Vs. *ListWatcher[V] implements
+// mirror.ListWatcher[Object[V]]; NewInformer makes an informer of it. It is
 // safe for concurrent use; it holds no resources of its own, and every
 // Watcher it returns ends with its context or its Stop.
-type ListWatcher[T any] struct {
+type ListWatcher[V any] struct {
 	client *clientv3.Client
 	prefix string
 	// start and end bound the range [start, end) that holds the prefix.
 	start, end string
-	decode     DecodeFunc[T]
+	decode     DecodeFunc[V]
 	opts       Options
 	// noStream is set once the server answered that it does not offer
 	// RangeStream: ListChunks pages from then on.
@@ -150,8 +156,8 @@ func New(c *clientv3.Client, prefix string, opts Options) *ListWatcher[[]byte] {
 // whose values decode turns into Ts. An empty prefix means every key. decode
 // is called from the goroutines that call List and Watcher.Next, and must be
 // safe for that.
-func NewTyped[T any](c *clientv3.Client, prefix string, decode DecodeFunc[T], opts Options) *ListWatcher[T] {
-	lw := &ListWatcher[T]{
+func NewTyped[V any](c *clientv3.Client, prefix string, decode DecodeFunc[V], opts Options) *ListWatcher[V] {
+	lw := &ListWatcher[V]{
 		client: c,
 		prefix: prefix,
 		start:  prefix,
@@ -170,11 +176,11 @@ func NewTyped[T any](c *clientv3.Client, prefix string, decode DecodeFunc[T], op
 func rawValue(_ string, v []byte) ([]byte, error) { return v, nil }
 
 // Prefix returns the prefix lw mirrors.
-func (lw *ListWatcher[T]) Prefix() string { return lw.prefix }
+func (lw *ListWatcher[V]) Prefix() string { return lw.prefix }
 
 // object turns a key-value pair into an Object, decoding its value.
-func (lw *ListWatcher[T]) object(kv *mvccpb.KeyValue) (Object[T], error) {
-	o := Object[T]{
+func (lw *ListWatcher[V]) object(kv *mvccpb.KeyValue) (Object[V], error) {
+	o := Object[V]{
 		Key:            string(kv.Key),
 		CreateRevision: kv.CreateRevision,
 		ModRevision:    kv.ModRevision,
@@ -190,7 +196,7 @@ func (lw *ListWatcher[T]) object(kv *mvccpb.KeyValue) (Object[T], error) {
 }
 
 // requestContext bounds one request by Options.RequestTimeout.
-func (lw *ListWatcher[T]) requestContext(ctx context.Context) (context.Context, context.CancelFunc) {
+func (lw *ListWatcher[V]) requestContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	if d := lw.opts.requestTimeout(); d > 0 {
 		return context.WithTimeout(ctx, d)
 	}

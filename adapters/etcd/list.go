@@ -29,8 +29,8 @@ import (
 // *mirror.ObjectError to Skipped. Errors are classified with
 // mirror.ErrExpired, mirror.ErrTooLargeResourceVersion and
 // mirror.ErrUnavailable where one applies, and wrap etcd's error too.
-func (lw *ListWatcher[T]) List(ctx context.Context, opts mirror.ListOptions) (mirror.ListResult[Object[T]], error) {
-	var res mirror.ListResult[Object[T]]
+func (lw *ListWatcher[V]) List(ctx context.Context, opts mirror.ListOptions) (mirror.ListResult[Object[V]], error) {
+	var res mirror.ListResult[Object[V]]
 	var buf [4]clientv3.OpOption
 	ops := append(buf[:0], clientv3.WithRange(lw.end))
 	if opts.Limit > 0 {
@@ -77,7 +77,7 @@ func (lw *ListWatcher[T]) List(ctx context.Context, opts mirror.ListOptions) (mi
 	}
 
 	res.ResourceVersion = formatRev(rev)
-	res.Items = make([]Object[T], 0, len(resp.Kvs))
+	res.Items = make([]Object[V], 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
 		o, err := lw.object(kv)
 		if err != nil {
@@ -99,7 +99,7 @@ func (lw *ListWatcher[T]) List(ctx context.Context, opts mirror.ListOptions) (mi
 // own state without asking the leader; a member that has not yet applied
 // it answers ErrFutureRev, and then a linearizable read, which waits for the
 // member to catch up, serves the page instead.
-func (lw *ListWatcher[T]) getAt(ctx context.Context, key string, rev int64, ops []clientv3.OpOption) (*clientv3.GetResponse, error) {
+func (lw *ListWatcher[V]) getAt(ctx context.Context, key string, rev int64, ops []clientv3.OpOption) (*clientv3.GetResponse, error) {
 	ops = append(ops, clientv3.WithRev(rev))
 	resp, err := lw.get(ctx, key, append(ops, clientv3.WithSerializable()))
 	if errors.Is(err, rpctypes.ErrFutureRev) {
@@ -108,7 +108,7 @@ func (lw *ListWatcher[T]) getAt(ctx context.Context, key string, rev int64, ops 
 	return resp, err
 }
 
-func (lw *ListWatcher[T]) get(ctx context.Context, key string, ops []clientv3.OpOption) (*clientv3.GetResponse, error) {
+func (lw *ListWatcher[V]) get(ctx context.Context, key string, ops []clientv3.OpOption) (*clientv3.GetResponse, error) {
 	rctx, cancel := lw.requestContext(ctx)
 	defer cancel()
 	return lw.client.Get(rctx, key, ops...)
@@ -132,7 +132,7 @@ func encodeContinue(rev int64, next string) string {
 // decodeContinue returns the start key and revision a token names. It
 // refuses a token whose key lies outside the prefix, so that a token from
 // another ListWatcher cannot read keys this one does not mirror.
-func (lw *ListWatcher[T]) decodeContinue(tok string) (key string, rev int64, err error) {
+func (lw *ListWatcher[V]) decodeContinue(tok string) (key string, rev int64, err error) {
 	b, err := base64.RawURLEncoding.DecodeString(tok)
 	if err != nil || len(b) < 2 || b[0] != continueFormat {
 		return "", 0, errBadContinue

@@ -43,7 +43,7 @@ var errChunkTimeout = errors.New("no chunk within the request timeout")
 //
 // Values that fail to decode are left out and reported as List reports
 // them, in the Skipped of the chunk they were read in.
-func (lw *ListWatcher[T]) ListChunks(ctx context.Context, opts mirror.ListOptions, chunk func(mirror.ListResult[Object[T]]) error) error {
+func (lw *ListWatcher[V]) ListChunks(ctx context.Context, opts mirror.ListOptions, chunk func(mirror.ListResult[Object[V]]) error) error {
 	if opts.Continue != "" {
 		return fmt.Errorf("etcd: list %q in chunks: %w", lw.prefix, errBadContinue)
 	}
@@ -64,7 +64,7 @@ func (lw *ListWatcher[T]) ListChunks(ctx context.Context, opts mirror.ListOption
 // listRevision returns the revision a list at rv reads: the member's
 // current one, read as List's first page reads it. The read is of one key,
 // counted rather than fetched, so its cost does not grow with the prefix.
-func (lw *ListWatcher[T]) listRevision(ctx context.Context, rv string) (int64, error) {
+func (lw *ListWatcher[V]) listRevision(ctx context.Context, rv string) (int64, error) {
 	var buf [2]clientv3.OpOption
 	ops := append(buf[:0], clientv3.WithCountOnly())
 	var atLeast int64
@@ -94,7 +94,7 @@ func (lw *ListWatcher[T]) listRevision(ctx context.Context, rv string) (int64, e
 // stream reads the prefix at rev through RangeStream and hands each chunk
 // to chunk. As getAt does for a page, it reads from the member's own state
 // and, if that member has not reached rev yet, linearizably.
-func (lw *ListWatcher[T]) stream(ctx context.Context, rev int64, chunk func(mirror.ListResult[Object[T]]) error) error {
+func (lw *ListWatcher[V]) stream(ctx context.Context, rev int64, chunk func(mirror.ListResult[Object[V]]) error) error {
 	err := lw.streamOnce(ctx, rev, true, chunk)
 	if errors.Is(err, rpctypes.ErrFutureRev) {
 		// Nothing was handed over: a member behind rev fails the first
@@ -104,7 +104,7 @@ func (lw *ListWatcher[T]) stream(ctx context.Context, rev int64, chunk func(mirr
 	return err
 }
 
-func (lw *ListWatcher[T]) streamOnce(ctx context.Context, rev int64, serializable bool, chunk func(mirror.ListResult[Object[T]]) error) (err error) {
+func (lw *ListWatcher[V]) streamOnce(ctx context.Context, rev int64, serializable bool, chunk func(mirror.ListResult[Object[V]]) error) (err error) {
 	sctx, cancel := context.WithCancelCause(ctx)
 	timeout := lw.opts.requestTimeout()
 	var timer *time.Timer
@@ -141,7 +141,7 @@ func (lw *ListWatcher[T]) streamOnce(ctx context.Context, rev int64, serializabl
 		return failed(err)
 	}
 
-	res := mirror.ListResult[Object[T]]{ResourceVersion: formatRev(rev)}
+	res := mirror.ListResult[Object[V]]{ResourceVersion: formatRev(rev)}
 	handed := false
 	for resp := range ch {
 		if err := resp.Err(); err != nil {
@@ -155,7 +155,7 @@ func (lw *ListWatcher[T]) streamOnce(ctx context.Context, rev int64, serializabl
 		if timer != nil {
 			timer.Stop()
 		}
-		res.Items = make([]Object[T], 0, len(resp.Kvs))
+		res.Items = make([]Object[V], 0, len(resp.Kvs))
 		res.Skipped = nil
 		for _, kv := range resp.Kvs {
 			o, err := lw.object(kv)
@@ -176,13 +176,13 @@ func (lw *ListWatcher[T]) streamOnce(ctx context.Context, rev int64, serializabl
 	// The client closes the channel without an error only at the
 	// stream's end: every chunk has been read.
 	if !handed {
-		return chunk(mirror.ListResult[Object[T]]{ResourceVersion: res.ResourceVersion})
+		return chunk(mirror.ListResult[Object[V]]{ResourceVersion: res.ResourceVersion})
 	}
 	return nil
 }
 
 // listPages reads the list in pages with List and hands each to chunk.
-func (lw *ListWatcher[T]) listPages(ctx context.Context, opts mirror.ListOptions, chunk func(mirror.ListResult[Object[T]]) error) error {
+func (lw *ListWatcher[V]) listPages(ctx context.Context, opts mirror.ListOptions, chunk func(mirror.ListResult[Object[V]]) error) error {
 	for {
 		page, err := lw.List(ctx, opts)
 		if err != nil {

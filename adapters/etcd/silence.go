@@ -67,7 +67,7 @@ type silence struct {
 
 // startProber starts the goroutine that sends w's progress requests, and
 // sets the silence accounting's pace from interval.
-func (w *watcher[T]) startProber(interval time.Duration) {
+func (w *watcher[V]) startProber(interval time.Duration) {
 	w.interval = interval
 	w.step = max(interval/stepsPerInterval, 1)
 	w.asks = make(chan struct{}, 1)
@@ -79,7 +79,7 @@ func (w *watcher[T]) startProber(interval time.Duration) {
 // probe sends a progress request for each ask until ctx ends. A request
 // waits while the client reconnects the stream; its timeout lets the ask
 // pending behind it try again.
-func (w *watcher[T]) probe(ctx context.Context, asks <-chan struct{}, done chan<- struct{}) {
+func (w *watcher[V]) probe(ctx context.Context, asks <-chan struct{}, done chan<- struct{}) {
 	defer close(done)
 	for {
 		select {
@@ -99,7 +99,7 @@ func (w *watcher[T]) probe(ctx context.Context, asks <-chan struct{}, done chan<
 }
 
 // stopProber ends the prober, if any, and waits until it has returned.
-func (w *watcher[T]) stopProber() {
+func (w *watcher[V]) stopProber() {
 	if w.proberCancel != nil {
 		w.proberCancel()
 		<-w.proberDone
@@ -108,7 +108,7 @@ func (w *watcher[T]) stopProber() {
 
 // ask has the prober send a progress request, without waiting: if one is
 // pending already, that one will do.
-func (w *watcher[T]) ask() {
+func (w *watcher[V]) ask() {
 	select {
 	case w.asks <- struct{}{}:
 	default:
@@ -128,7 +128,7 @@ func (w *watcher[T]) ask() {
 // answers after that. A store that has moved on answers the first ask, and
 // then the watch never restarts: on a busy cluster, a watch from from-1
 // would make etcd read every revision written since.
-func (w *watcher[T]) tick(ctx context.Context) error {
+func (w *watcher[V]) tick(ctx context.Context) error {
 	if w.heard {
 		w.heard, w.quiet, w.eager = false, 0, false
 		w.ticker.Reset(w.step)
@@ -158,7 +158,7 @@ func (w *watcher[T]) tick(ctx context.Context) error {
 
 // allowance is how long the watch may still hear nothing before it ends,
 // bounded by Options.RequestTimeout, as the start of a watch is.
-func (w *watcher[T]) allowance() time.Duration {
+func (w *watcher[V]) allowance() time.Duration {
 	d := time.Duration(silentSteps-w.quiet) * w.step
 	if t := w.lw.opts.requestTimeout(); t > 0 {
 		d = min(d, t)

@@ -59,7 +59,7 @@ var (
 // Watch returns once etcd has accepted the watch, or with an error wrapping
 // mirror.ErrUnavailable after Options.RequestTimeout. While the client is
 // reconnecting to its member, Watch waits for the connection to come back.
-func (lw *ListWatcher[T]) Watch(ctx context.Context, opts mirror.WatchOptions) (mirror.Watcher[Object[T]], error) {
+func (lw *ListWatcher[V]) Watch(ctx context.Context, opts mirror.WatchOptions) (mirror.Watcher[Object[V]], error) {
 	if opts.SendInitialEvents {
 		return nil, fmt.Errorf("etcd: watch %q: streaming list: %w", lw.prefix, errors.ErrUnsupported)
 	}
@@ -71,7 +71,7 @@ func (lw *ListWatcher[T]) Watch(ctx context.Context, opts mirror.WatchOptions) (
 		}
 	}
 
-	w := &watcher[T]{lw: lw, from: after + 1, bookmarks: opts.AllowBookmarks}
+	w := &watcher[V]{lw: lw, from: after + 1, bookmarks: opts.AllowBookmarks}
 	wctx, stop := context.WithCancelCause(ctx)
 	w.ctx, w.stop = wctx, stop
 	if opts.Timeout > 0 {
@@ -118,7 +118,7 @@ func (lw *ListWatcher[T]) Watch(ctx context.Context, opts mirror.WatchOptions) (
 // that takes longer than timeout (no bound if it is not positive), the
 // whole watch ends and open reports the member unavailable. If ctx, the
 // caller's, ends first, the whole watch ends and open returns ctx.Err().
-func (w *watcher[T]) open(ctx context.Context, rev int64, timeout time.Duration) error {
+func (w *watcher[V]) open(ctx context.Context, rev int64, timeout time.Duration) error {
 	var buf [4]clientv3.OpOption
 	ops := append(buf[:0], clientv3.WithRange(w.lw.end))
 	if w.lw.opts.PrevValues {
@@ -157,8 +157,8 @@ func (w *watcher[T]) open(ctx context.Context, rev int64, timeout time.Duration)
 
 // watcher is one watch: it hands out the events of the client's watch
 // responses one at a time.
-type watcher[T any] struct {
-	lw   *ListWatcher[T]
+type watcher[V any] struct {
+	lw   *ListWatcher[V]
 	ch   clientv3.WatchChan
 	ctx  context.Context
 	stop context.CancelCauseFunc
@@ -201,8 +201,8 @@ type watcher[T any] struct {
 
 // Next returns the next event. It blocks until there is one, the watch ends
 // or ctx is done; see mirror.Watcher for the errors it returns.
-func (w *watcher[T]) Next(ctx context.Context) (mirror.Event[Object[T]], error) {
-	var zero mirror.Event[Object[T]]
+func (w *watcher[V]) Next(ctx context.Context) (mirror.Event[Object[V]], error) {
+	var zero mirror.Event[Object[V]]
 	if w.err != nil {
 		return zero, w.err
 	}
@@ -247,7 +247,7 @@ func (w *watcher[T]) Next(ctx context.Context) (mirror.Event[Object[T]], error) 
 			}
 			if resp.IsProgressNotify() {
 				if w.bookmarks {
-					return mirror.Event[Object[T]]{
+					return mirror.Event[Object[V]]{
 						Type:            mirror.EventBookmark,
 						ResourceVersion: formatRev(resp.Header.Revision),
 					}, nil
@@ -268,7 +268,7 @@ func (w *watcher[T]) Next(ctx context.Context) (mirror.Event[Object[T]], error) 
 }
 
 // event converts one etcd event.
-func (w *watcher[T]) event(ev *clientv3.Event) mirror.Event[Object[T]] {
+func (w *watcher[V]) event(ev *clientv3.Event) mirror.Event[Object[V]] {
 	kv := ev.Kv
 	// The events of one transaction share a revision: format it once.
 	if kv.ModRevision != w.rev || w.rv == "" {
@@ -283,9 +283,9 @@ func (w *watcher[T]) event(ev *clientv3.Event) mirror.Event[Object[T]] {
 		// etcd holds a value the mirror cannot represent: whatever the
 		// mirror holds for the key is out of date, and goes (see
 		// mirror.EventError).
-		return mirror.Event[Object[T]]{
+		return mirror.Event[Object[V]]{
 			Type:            mirror.EventError,
-			Object:          Object[T]{Key: o.Key},
+			Object:          Object[V]{Key: o.Key},
 			ResourceVersion: rv,
 			KeyOnly:         true,
 			Err:             err,
@@ -295,7 +295,7 @@ func (w *watcher[T]) event(ev *clientv3.Event) mirror.Event[Object[T]] {
 	if ev.IsCreate() {
 		typ = mirror.EventAdded
 	}
-	return mirror.Event[Object[T]]{Type: typ, Object: o, ResourceVersion: rv}
+	return mirror.Event[Object[V]]{Type: typ, Object: o, ResourceVersion: rv}
 }
 
 // deletion is the EventDeleted of key at rv. A deletion's Kv holds only
@@ -304,15 +304,15 @@ func (w *watcher[T]) event(ev *clientv3.Event) mirror.Event[Object[T]] {
 // revision. Without a previous value that decodes, the event carries the
 // key alone, marked KeyOnly, rather than a made-up state; it must not be
 // dropped, or a deleted key would stay in the mirror for good.
-func (w *watcher[T]) deletion(key []byte, prev *mvccpb.KeyValue, rv string) mirror.Event[Object[T]] {
-	ev := mirror.Event[Object[T]]{Type: mirror.EventDeleted, ResourceVersion: rv}
+func (w *watcher[V]) deletion(key []byte, prev *mvccpb.KeyValue, rv string) mirror.Event[Object[V]] {
+	ev := mirror.Event[Object[V]]{Type: mirror.EventDeleted, ResourceVersion: rv}
 	if prev != nil {
 		if o, err := w.lw.object(prev); err == nil {
 			ev.Object = o
 			return ev
 		}
 	}
-	ev.Object, ev.KeyOnly = Object[T]{Key: string(key)}, true
+	ev.Object, ev.KeyOnly = Object[V]{Key: string(key)}, true
 	return ev
 }
 
@@ -320,7 +320,7 @@ func (w *watcher[T]) deletion(key []byte, prev *mvccpb.KeyValue, rv string) mirr
 // ended: io.EOF when it was stopped or timed out, the caller's context
 // error when that ended, and otherwise io.EOF for a stream the client closed
 // without saying why (the client itself was closed).
-func (w *watcher[T]) endError() error {
+func (w *watcher[V]) endError() error {
 	switch cause := context.Cause(w.ctx); {
 	case cause == nil, errors.Is(cause, errStopped), errors.Is(cause, errWatchTimeout):
 		return io.EOF
@@ -330,7 +330,7 @@ func (w *watcher[T]) endError() error {
 }
 
 // fail ends the watch and makes err what every later Next returns.
-func (w *watcher[T]) fail(err error) error {
+func (w *watcher[V]) fail(err error) error {
 	w.err = err
 	w.release()
 	return err
@@ -338,7 +338,7 @@ func (w *watcher[T]) fail(err error) error {
 
 // Stop ends the watch. It is safe to call from any goroutine, any number of
 // times; a Next in progress returns io.EOF soon after.
-func (w *watcher[T]) Stop() {
+func (w *watcher[V]) Stop() {
 	if w.stopped.CompareAndSwap(false, true) {
 		w.stop(errStopped)
 	}
@@ -346,7 +346,7 @@ func (w *watcher[T]) Stop() {
 
 // release ends the watch and waits until teardown has released what it
 // holds. It runs on the goroutine calling Next.
-func (w *watcher[T]) release() {
+func (w *watcher[V]) release() {
 	w.stop(errStopped)
 	w.teardown()
 	if w.ticker != nil {
@@ -361,7 +361,7 @@ func (w *watcher[T]) release() {
 // stream opens one that nothing ever closes. teardown runs once, when the
 // watch's context ends (Stop, its timeout, the caller's context) or from
 // release, whichever comes first; later calls wait until it has run.
-func (w *watcher[T]) teardown() {
+func (w *watcher[V]) teardown() {
 	w.teardownOnce.Do(func() {
 		w.stopProber()
 		w.clientCancel()

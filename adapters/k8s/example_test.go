@@ -21,20 +21,25 @@ func Example() {
 		pod("shop", "web-1"), pod("shop", "web-2"), pod("kube-system", "dns"))
 
 	pods := clientset.CoreV1().Pods(metav1.NamespaceAll)
-	inf := mirror.NewInformer(k8s.New[*corev1.Pod](pods.List, pods.Watch, k8s.Options{}),
-		mirror.InformerOptions[k8s.Key, *corev1.Pod]{
-			KeyFunc:  k8s.KeyOf[*corev1.Pod],
-			Indexers: mirror.Indexers[*corev1.Pod]{k8s.NamespaceIndex: k8s.IndexByNamespace[*corev1.Pod]},
-		})
+	// Keyed by namespace and name, indexed by namespace.
+	inf := k8s.NewInformer(k8s.New[*corev1.Pod](pods.List, pods.Watch, k8s.Options{}),
+		k8s.InformerOptions[*corev1.Pod]{})
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go inf.Run(ctx)
+	done := make(chan error)
+	go func() { done <- inf.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done // Run returns once nothing it started runs
+	}()
 	if err := mirror.WaitForCacheSync(ctx, inf); err != nil {
 		log.Fatal(err)
 	}
 
 	// No type assertion: the cache holds *corev1.Pod.
-	shop, _ := inf.ByIndex(k8s.NamespaceIndex, "shop")
+	shop, err := inf.ByIndex(k8s.NamespaceIndex, "shop")
+	if err != nil {
+		log.Fatal(err)
+	}
 	var names []string
 	for _, p := range shop {
 		names = append(names, p.Name)

@@ -8,7 +8,10 @@
 // caller's. New takes the List and Watch methods of any typed client;
 // NewDynamic takes a dynamic client's resource (any resource, custom
 // resources included); FromListerWatcher takes a client-go
-// cache.ListerWatcher.
+// cache.ListerWatcher. NewInformer makes an informer of any of them, keyed
+// by namespace and name, indexed by namespace, that reports a relisted
+// object only if its resource version changed, and an object deleted and
+// created again unseen (a new UID) as a deletion then an addition.
 //
 // An informer gets the objects by a streaming list (a watch with
 // sendInitialEvents) by default, as client-go's does since 1.35, unless

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -12,16 +13,20 @@ import (
 
 var zones = []string{"eu-west", "eu-north", "us-east", "ap-south"}
 
-// demoWriter writes demo data into the embedded etcd.
+// demoWriter writes demo data into the embedded etcd, directly, not
+// through the proxy the mirror reads through.
 type demoWriter struct {
 	client *clientv3.Client
 	prefix string
 	live   []string // keys that exist
 	next   int      // next new service number
+	seeded int      // services svc-00000 to this one were seeded
+	rng    *rand.Rand
+	broken bool // whether the undecodable value was written
 }
 
-func (d *demoWriter) put(ctx context.Context, name string, rng *rand.Rand) (int64, error) {
-	v, _ := json.Marshal(Service{Name: name, Zone: zones[rng.IntN(len(zones))], Port: 1024 + rng.IntN(60000)})
+func (d *demoWriter) put(ctx context.Context, name string) (int64, error) {
+	v, _ := json.Marshal(Service{Name: name, Zone: zones[d.rng.IntN(len(zones))], Port: 1024 + d.rng.IntN(60000)})
 	resp, err := d.client.Put(ctx, d.prefix+name, string(v))
 	if err != nil {
 		return 0, fmt.Errorf("demo put: %w", err)
@@ -29,9 +34,18 @@ func (d *demoWriter) put(ctx context.Context, name string, rng *rand.Rand) (int6
 	return resp.Header.Revision, nil
 }
 
+func (d *demoWriter) delete(ctx context.Context, name string) (int64, error) {
+	resp, err := d.client.Delete(ctx, d.prefix+name)
+	if err != nil {
+		return 0, fmt.Errorf("demo delete: %w", err)
+	}
+	return resp.Header.Revision, nil
+}
+
 // seed writes n services, many per transaction.
 func (d *demoWriter) seed(ctx context.Context, n int) error {
-	rng := rand.New(rand.NewPCG(1, 2))
+	d.rng = rand.New(rand.NewPCG(1, 2))
+	rng := d.rng
 	const perTxn = 100
 	for d.next < n {
 		var ops []clientv3.Op
@@ -45,51 +59,41 @@ func (d *demoWriter) seed(ctx context.Context, n int) error {
 			return fmt.Errorf("demo seed: %w", err)
 		}
 	}
+	d.seeded = n
 	return nil
 }
 
-// run writes n changes (creates, updates, deletes, one undecodable value
-// and a compaction halfway) and returns the last revision written.
+// run writes n changes (creates, updates, deletes, and, the first time,
+// one value that does not decode) and returns the last revision written.
 func (d *demoWriter) run(ctx context.Context, n int, p *printer) (int64, error) {
-	rng := rand.New(rand.NewPCG(3, 4))
+	rng := d.rng
 	var rev int64
 	var err error
 	for i := range n {
 		switch {
-		case i == n/3:
+		case i == n/2 && !d.broken:
 			resp, err := d.client.Put(ctx, d.prefix+"broken", "{not json")
 			if err != nil {
 				return 0, fmt.Errorf("demo put: %w", err)
 			}
-			rev = resp.Header.Revision
+			rev, d.broken = resp.Header.Revision, true
 			p.event("wrote  %sbroken = {not json  (the mirror reports it and skips it)", d.prefix)
-		case i == n/2:
-			if _, err := d.client.Compact(ctx, rev); err != nil {
-				return 0, fmt.Errorf("demo compact: %w", err)
-			}
-			p.event("compacted etcd at revision %d", rev)
 		case rng.IntN(4) == 0 && len(d.live) > 0:
-			j := rng.IntN(len(d.live))
-			name := d.live[j]
-			d.live[j] = d.live[len(d.live)-1]
-			d.live = d.live[:len(d.live)-1]
-			resp, err := d.client.Delete(ctx, d.prefix+name)
-			if err != nil {
-				return 0, fmt.Errorf("demo delete: %w", err)
+			if rev, err = d.delete(ctx, d.take(rng.IntN(len(d.live)))); err != nil {
+				return 0, err
 			}
-			rev = resp.Header.Revision
 		case rng.IntN(3) == 0:
 			name := fmt.Sprintf("svc-%05d", d.next)
 			d.next++
 			d.live = append(d.live, name)
-			if rev, err = d.put(ctx, name, rng); err != nil {
+			if rev, err = d.put(ctx, name); err != nil {
 				return 0, err
 			}
 		default:
 			if len(d.live) == 0 {
 				continue
 			}
-			if rev, err = d.put(ctx, d.live[rng.IntN(len(d.live))], rng); err != nil {
+			if rev, err = d.put(ctx, d.live[rng.IntN(len(d.live))]); err != nil {
 				return 0, err
 			}
 		}
@@ -99,4 +103,63 @@ func (d *demoWriter) run(ctx context.Context, n int, p *printer) (int64, error) 
 		}
 	}
 	return rev, nil
+}
+
+// outage cuts the mirror off from etcd, then deletes two services,
+// deletes a third and creates it again, and compacts etcd's history, all
+// while the mirror cannot see it; then it lets the mirror reconnect. The
+// mirror's watch cannot resume from a compacted revision, so the mirror
+// lists the prefix again: it learns of the deletions from what the list
+// lacks (OnDelete with finalStateUnknown), and of the re-created service
+// from its new CreateRevision (OnDelete of the old one, then OnAdd).
+func (d *demoWriter) outage(ctx context.Context, cut *proxy, p *printer) (int64, error) {
+	// Services seeded before the mirror synced, so that the mirror knows
+	// them however far behind its watch is.
+	var known []int
+	for i, name := range d.live {
+		var n int
+		if _, err := fmt.Sscanf(name, "svc-%05d", &n); err == nil && n < d.seeded {
+			known = append(known, i)
+		}
+		if len(known) == 3 {
+			break
+		}
+	}
+	if len(known) < 3 {
+		return 0, fmt.Errorf("demo outage: %d seeded services left, want 3", len(known))
+	}
+	deleted := []string{d.live[known[0]], d.live[known[1]]}
+	recreated := d.live[known[2]]
+
+	cut.Cut()
+	p.event("cut the mirror off from etcd")
+	for _, name := range deleted {
+		d.take(slices.Index(d.live, name))
+		if _, err := d.delete(ctx, name); err != nil {
+			return 0, err
+		}
+	}
+	if _, err := d.delete(ctx, recreated); err != nil {
+		return 0, err
+	}
+	rev, err := d.put(ctx, recreated)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := d.client.Compact(ctx, rev); err != nil {
+		return 0, fmt.Errorf("demo compact: %w", err)
+	}
+	p.event("while cut off: deleted %s and %s; deleted and re-created %s; compacted etcd at revision %d",
+		deleted[0], deleted[1], recreated, rev)
+	cut.Resume()
+	p.event("let the mirror reconnect: it must relist")
+	return rev, nil
+}
+
+// take removes the i-th live service from the list and returns its name.
+func (d *demoWriter) take(i int) string {
+	name := d.live[i]
+	d.live[i] = d.live[len(d.live)-1]
+	d.live = d.live[:len(d.live)-1]
+	return name
 }

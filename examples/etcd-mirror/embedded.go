@@ -15,7 +15,8 @@ import (
 
 // embedded is an etcd server of the demo's own.
 type embedded struct {
-	endpoint string
+	endpoint string // URL, for a client
+	host     string // host:port, for the proxy
 	dir      string
 	close    func()
 }
@@ -72,7 +73,7 @@ func startEmbedded(ctx context.Context) (*embedded, error) {
 		stop()
 		return nil, ctx.Err()
 	}
-	return &embedded{endpoint: clientURL.String(), dir: dir, close: stop}, nil
+	return &embedded{endpoint: clientURL.String(), host: clientURL.Host, dir: dir, close: stop}, nil
 }
 
 // freeURL returns an http URL on a loopback port that was free a moment ago.

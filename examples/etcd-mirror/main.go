@@ -8,8 +8,14 @@
 //
 //	go run ./examples/etcd-mirror
 //
+// Halfway through, the demo cuts the mirror off from etcd (it reads through
+// a proxy the program owns), deletes and re-creates keys and compacts
+// etcd's history meanwhile, so the mirror must list the prefix again: the
+// keys it lost are reported as deletions whose final state is unknown, and
+// a key deleted and created again as a deletion and then an addition.
+//
 // With --endpoints it mirrors a real cluster's prefix, read-only, until
-// interrupted (or for --duration):
+// interrupted or for --duration, which includes the initial sync:
 //
 //	go run ./examples/etcd-mirror --endpoints https://10.0.0.1:2379 \
 //	    --cacert ca.pem --cert client.pem --key client-key.pem --prefix /services/
@@ -77,7 +83,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.StringVar(&c.key, "key", "", "client key (with --endpoints)")
 	fs.IntVar(&c.seed, "seed", 5000, "demo: keys written before the mirror starts")
 	fs.IntVar(&c.changes, "changes", 300, "demo: changes written while the mirror runs")
-	fs.DurationVar(&c.duration, "duration", 0, "with --endpoints: stop after this long (0: until interrupted)")
+	fs.DurationVar(&c.duration, "duration", 0, "stop after this long, initial sync included (0: until interrupted, or the demo's end)")
 	fs.BoolVar(&c.quiet, "quiet", false, "print only the summary")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -112,26 +118,136 @@ func (p *printer) printf(format string, args ...any) {
 
 func run(ctx context.Context, args []string, out io.Writer) error {
 	cfg, err := parseFlags(args, out)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil // the usage is printed
+	}
 	if err != nil {
 		return err
 	}
-	p := &printer{out: out, quiet: cfg.quiet}
-	demo := cfg.endpoints == ""
-
-	endpoints := strings.Split(cfg.endpoints, ",")
-	if demo {
-		srv, err := startEmbedded(ctx)
-		if err != nil {
-			return err
-		}
-		defer srv.close()
-		endpoints = []string{srv.endpoint}
-		p.printf("started an embedded etcd at %s (data in %s)", srv.endpoint, srv.dir)
+	if cfg.duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cfg.duration)
+		defer cancel()
 	}
+	p := &printer{out: out, quiet: cfg.quiet}
+	if cfg.endpoints == "" {
+		return runDemo(ctx, cfg, p)
+	}
+	return runCluster(ctx, cfg, p)
+}
+
+// runCluster mirrors a real cluster's prefix until ctx ends.
+func runCluster(ctx context.Context, cfg config, p *printer) error {
 	tlsConfig, err := clientTLS(cfg)
 	if err != nil {
 		return err
 	}
+	client, err := newClient(strings.Split(cfg.endpoints, ","), tlsConfig)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+
+	m := newMirror(client, cfg.prefix, p)
+	defer m.start(ctx)()
+	start := time.Now()
+	if err := m.waitForSync(ctx, p); err != nil {
+		return err
+	}
+	p.printf("synced %s in %v", plural(m.inf.Len(), "key"), time.Since(start).Round(time.Millisecond))
+	<-ctx.Done()
+	m.summary(p)
+	return nil
+}
+
+// runDemo starts an etcd of its own, writes demo data and mirrors it.
+// When ctx ends (Ctrl-C, --duration) it stops, prints the summary so far
+// and reports success: nothing went wrong.
+func runDemo(ctx context.Context, cfg config, p *printer) error {
+	srv, err := startEmbedded(ctx)
+	if err != nil {
+		return interrupted(ctx, err, p)
+	}
+	defer srv.close()
+	p.printf("started an embedded etcd at %s (data in %s)", srv.endpoint, srv.dir)
+	// The mirror reads through a proxy, so that the demo can cut it off.
+	cut, err := startProxy(srv.host)
+	if err != nil {
+		return err
+	}
+	defer cut.close()
+	writer, err := newClient([]string{srv.endpoint}, nil)
+	if err != nil {
+		return err
+	}
+	defer writer.Close()
+	client, err := newClient([]string{cut.endpoint()}, nil)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+
+	d := &demoWriter{client: writer, prefix: cfg.prefix}
+	if err := d.seed(ctx, cfg.seed); err != nil {
+		return interrupted(ctx, err, p)
+	}
+	p.printf("seeded %s under %s", plural(cfg.seed, "key"), cfg.prefix)
+
+	m := newMirror(client, cfg.prefix, p)
+	defer m.start(ctx)()
+	if err := m.demo(ctx, d, cfg.changes, cut, p); err != nil {
+		if ctx.Err() != nil {
+			p.printf("interrupted")
+			m.summary(p)
+			return nil
+		}
+		return err
+	}
+	return nil
+}
+
+// demo waits for the initial sync, writes half the demo's changes, cuts
+// the mirror off for an outage, writes the other half, waits until the
+// mirror has them all, prints the summary and checks the mirror against
+// etcd.
+func (m *mirrorState) demo(ctx context.Context, d *demoWriter, changes int, cut *proxy, p *printer) error {
+	start := time.Now()
+	if err := m.waitForSync(ctx, p); err != nil {
+		return err
+	}
+	p.printf("synced %s in %v", plural(m.inf.Len(), "key"), time.Since(start).Round(time.Millisecond))
+	for _, step := range []func() (int64, error){
+		func() (int64, error) { return d.run(ctx, changes/2, p) },
+		// Once the mirror has caught up, so that what it learns from
+		// the relist is what happened while it was cut off.
+		func() (int64, error) { return d.outage(ctx, cut, p) },
+		func() (int64, error) { return d.run(ctx, changes-changes/2, p) },
+	} {
+		rev, err := step()
+		if err != nil {
+			return err
+		}
+		if err := m.waitFor(ctx, rev); err != nil {
+			return err
+		}
+	}
+	m.summary(p)
+	return m.verify(ctx, d.client, d.prefix, p)
+}
+
+// interrupted returns nil, saying so, if err came with the end of ctx,
+// and err otherwise.
+func interrupted(ctx context.Context, err error, p *printer) error {
+	if ctx.Err() != nil {
+		p.printf("interrupted")
+		return nil
+	}
+	return err
+}
+
+// newClient connects to etcd. It does not wait for a connection: the
+// mirror reports and retries what fails.
+func newClient(endpoints []string, tlsConfig *tls.Config) (*clientv3.Client, error) {
 	client, err := clientv3.New(clientv3.Config{
 		Endpoints:   endpoints,
 		DialTimeout: 5 * time.Second,
@@ -139,54 +255,9 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		Logger:      zap.NewNop(),
 	})
 	if err != nil {
-		return fmt.Errorf("connect to etcd: %w", err)
+		return nil, fmt.Errorf("connect to etcd: %w", err)
 	}
-	defer client.Close()
-
-	var d *demoWriter
-	if demo {
-		d = &demoWriter{client: client, prefix: cfg.prefix}
-		if err := d.seed(ctx, cfg.seed); err != nil {
-			return err
-		}
-		p.printf("seeded %d keys under %s", cfg.seed, cfg.prefix)
-	}
-
-	m := newMirror(client, cfg.prefix, p)
-	runCtx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- m.inf.Run(runCtx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
-
-	start := time.Now()
-	if err := m.waitForSync(ctx, p); err != nil {
-		return err
-	}
-	p.printf("synced %d keys in %v", m.inf.Len(), time.Since(start).Round(time.Millisecond))
-
-	if demo {
-		rev, err := d.run(ctx, cfg.changes, p)
-		if err != nil {
-			return err
-		}
-		if err := m.waitFor(ctx, rev); err != nil {
-			return err
-		}
-		m.summary(p)
-		return m.verify(ctx, client, cfg.prefix, p)
-	}
-
-	if cfg.duration > 0 {
-		var stop context.CancelFunc
-		ctx, stop = context.WithTimeout(ctx, cfg.duration)
-		defer stop()
-	}
-	<-ctx.Done()
-	m.summary(p)
-	return nil
+	return client, nil
 }
 
 // clientTLS builds the client's TLS configuration from the flags, or nil.

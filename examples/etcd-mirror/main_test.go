@@ -3,6 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
+	"regexp"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -12,7 +16,10 @@ import (
 
 // TestRun_DemoMirrorsAndVerifies runs the README's main command end to
 // end, on its embedded etcd, and checks that it verified the mirror and
-// exited cleanly.
+// exited cleanly, and that the outage it plays made the mirror relist and
+// report what it missed: the keys deleted meanwhile as deletions whose
+// final state is unknown, and the key deleted and created again as a
+// deletion and then an addition.
 func TestRun_DemoMirrorsAndVerifies(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
@@ -22,11 +29,140 @@ func TestRun_DemoMirrorsAndVerifies(t *testing.T) {
 	assert.Contains(t, s, "synced 2000 keys")
 	assert.Contains(t, s, "verified: the mirror matches etcd")
 	assert.Contains(t, s, `reported: mirror: object "/demo/services/broken" skipped`)
-	assert.Contains(t, s, "delete /demo/services/")
+	assert.Contains(t, s, "(observed)", "a deletion the watch saw")
+	assert.Contains(t, s, "mirror: resource version expired", "the watch found its revision compacted")
+	assert.Regexp(t, `\d+ lists \([1-9]\d* relists?\)`, s, "the summary counts the relist")
+
+	outage := regexp.MustCompile(`while cut off: deleted (\S+) and (\S+); deleted and re-created (\S+);`).FindStringSubmatch(s)
+	require.NotNil(t, outage, "the demo's outage")
+	lines := strings.Split(s, "\n")
+	find := func(prefix string) []int {
+		var at []int
+		for i, l := range lines {
+			if strings.HasPrefix(l, prefix) {
+				at = append(at, i)
+			}
+		}
+		return at
+	}
+	for _, name := range outage[1:3] {
+		deletes := find("delete /demo/services/" + name + " ")
+		require.Len(t, deletes, 1, "one delete of %s", name)
+		assert.Contains(t, lines[deletes[0]], "(unseen, found by a relist)")
+	}
+	recreated := outage[3]
+	deletes, adds := find("delete /demo/services/"+recreated+" "), find("add    /demo/services/"+recreated+" ")
+	require.Len(t, deletes, 1, "one delete of the re-created %s", recreated)
+	require.Len(t, adds, 1, "one add of the re-created %s", recreated)
+	assert.Contains(t, lines[deletes[0]], "(unseen, found by a relist)")
+	assert.Less(t, deletes[0], adds[0], "the re-created key: delete, then add")
+}
+
+// cancelOn collects what is written to it and calls cancel once a write
+// contains marker.
+type cancelOn struct {
+	mu     sync.Mutex
+	buf    bytes.Buffer
+	marker string
+	cancel context.CancelFunc
+}
+
+func (w *cancelOn) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if bytes.Contains(p, []byte(w.marker)) {
+		w.cancel()
+	}
+	return w.buf.Write(p)
+}
+
+func (w *cancelOn) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.String()
+}
+
+// Ctrl-C in the demo, here once the mirror has synced, stops it with the
+// summary, and is no failure.
+func TestRun_DemoInterruptedPrintsTheSummaryAndSucceeds(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	out := &cancelOn{marker: "synced 200 keys", cancel: cancel}
+	require.NoError(t, run(ctx, []string{"--seed", "200", "--changes", "100000000"}, out), out.String())
+	s := out.String()
+	assert.Contains(t, s, "interrupted")
+	assert.Contains(t, s, "summary: ")
+	assert.NotContains(t, s, "verified", "the demo did not run to its end")
+}
+
+// --duration bounds the whole run, the initial sync included: a cluster
+// that never answers makes the run fail, saying why, when it is over.
+func TestRun_DurationCoversTheInitialSync(t *testing.T) {
+	// A server that accepts connections and never answers.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	var mu sync.Mutex
+	var conns []net.Conn
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+
+	var out bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(t.Context(), []string{"--endpoints", "http://" + ln.Addr().String(), "--duration", "500ms"}, &out)
+	}()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.ErrorContains(t, err, "not synced")
+	case <-time.After(time.Minute):
+		require.FailNow(t, "run did not return: --duration does not bound the initial sync")
+	}
+}
+
+func TestRun_HelpSucceeds(t *testing.T) {
+	var out bytes.Buffer
+	require.NoError(t, run(t.Context(), []string{"--help"}, &out))
+	assert.Contains(t, out.String(), "-endpoints")
 }
 
 func TestRun_RejectsBadFlags(t *testing.T) {
 	var out bytes.Buffer
 	require.Error(t, run(t.Context(), []string{"--prefix", ""}, &out))
 	require.Error(t, run(t.Context(), []string{"stray"}, &out))
+	require.Error(t, run(t.Context(), []string{"--no-such-flag"}, &out))
+}
+
+func TestPlural_SaysOneInTheSingular(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		noun string
+		want string
+	}{
+		{0, "error", "0 errors"},
+		{1, "error", "1 error"},
+		{2, "list", "2 lists"},
+		{1, "watch", "1 watch"},
+		{3, "watch", "3 watches"},
+		{1, "undecodable value", "1 undecodable value"},
+	} {
+		assert.Equal(t, tc.want, plural(tc.n, tc.noun))
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -39,15 +40,20 @@ type mirrorState struct {
 
 func newMirror(client *clientv3.Client, prefix string, p *printer) *mirrorState {
 	m := &mirrorState{}
-	lw := etcdmirror.NewTyped(client, prefix, decodeService, etcdmirror.Options{})
-	m.inf = mirror.NewInformer(lw, mirror.InformerOptions[string, object]{
-		KeyFunc: etcdmirror.Key[Service],
+	lw := etcdmirror.NewTyped(client, prefix, decodeService, etcdmirror.Options{
+		// Report a member that does not answer after 5s rather than
+		// the default 30s; the informer retries either way.
+		RequestTimeout: 5 * time.Second,
+	})
+	// NewInformer keys the cache by etcd key, takes a key whose
+	// ModRevision did not change for no change when it relists, and a key
+	// whose CreateRevision changed for another object.
+	m.inf = etcdmirror.NewInformer(lw, etcdmirror.InformerOptions[Service]{
+		Name: prefix,
 		Indexers: mirror.Indexers[object]{
 			"zone": func(o object) ([]string, error) { return []string{o.Value.Zone}, nil },
 		},
-		// A relisted key at the revision already mirrored is not a change.
-		ResourceVersion: func(o object) string { return strconv.FormatInt(o.ModRevision, 10) },
-		Reflector:       mirror.ReflectorOptions{PageSize: 1000},
+		Reflector: mirror.ReflectorOptions{PageSize: 1000},
 		ErrorHandler: func(err error) {
 			m.errors.Add(1)
 			// A skipped key says all it needs by itself; other errors
@@ -78,7 +84,10 @@ func newMirror(client *clientv3.Client, prefix string, p *printer) *mirrorState 
 			m.events.Add(1)
 			how := "observed"
 			if finalStateUnknown {
-				how = "found missing by a relist"
+				// The watch missed the deletion (the mirror was cut
+				// off and etcd compacted its history): a relist found
+				// the key gone, or created again.
+				how = "unseen, found by a relist"
 			}
 			// o is the last state the mirror held, whether the watch saw
 			// the delete or a relist found the key gone.
@@ -86,10 +95,27 @@ func newMirror(client *clientv3.Client, prefix string, p *printer) *mirrorState 
 		},
 	}, mirror.HandlerOptions{})
 	if err != nil {
-		panic(err) // only for a nil handler
+		panic(err) // only for a nil handler, or an informer already stopped
 	}
 	m.reg = reg
 	return m
+}
+
+// start runs the informer until ctx ends or the returned function is
+// called; that function returns once the informer has stopped.
+func (m *mirrorState) start(ctx context.Context) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := m.inf.Run(ctx); err != nil {
+			panic(err) // only for a second Run
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
+	}
 }
 
 func (m *mirrorState) saw(rev int64) {
@@ -103,7 +129,8 @@ func (m *mirrorState) saw(rev int64) {
 }
 
 // waitForSync waits for the handler to have the initial list, printing
-// progress once a second for a large prefix.
+// progress once a second. If ctx ends first, or the informer gives up
+// because etcd refuses it (mirror.ErrPermanent), it says why.
 func (m *mirrorState) waitForSync(ctx context.Context, p *printer) error {
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -112,10 +139,15 @@ func (m *mirrorState) waitForSync(ctx context.Context, p *printer) error {
 		case <-m.reg.Synced():
 			m.syncedAt = time.Now()
 			return nil
+		case <-m.inf.SyncFailed():
+			return fmt.Errorf("etcd refuses the mirror: %w", m.inf.SyncErr())
 		case <-tick.C:
 			p.printf("initial sync: %d keys so far", m.initial.Load())
 		case <-ctx.Done():
-			return ctx.Err()
+			if err := m.inf.Freshness().Err; err != nil {
+				return fmt.Errorf("not synced: %w; last failure: %w", ctx.Err(), err)
+			}
+			return fmt.Errorf("not synced: %w", ctx.Err())
 		}
 	}
 }
@@ -154,8 +186,22 @@ func (m *mirrorState) summary(p *printer) {
 	if d := time.Since(m.syncedAt); !m.syncedAt.IsZero() && d > 0 {
 		rate = float64(events) / d.Seconds()
 	}
-	p.printf("summary: %d keys mirrored (by zone: %v); %d changes handled after the initial %d (%.0f/s since the sync); %d lists (%d relists), %d watches; %d errors reported, %d undecodable values skipped",
-		m.inf.Len(), perZone, events, m.initial.Load(), rate, st.Lists, st.Relists, st.Watches, m.errors.Load(), m.skipped.Load())
+	p.printf("summary: %s mirrored (by zone: %v); %s handled after the initial %d (%.0f/s since the sync); %s (%s), %s; %s reported, %s skipped",
+		plural(m.inf.Len(), "key"), perZone, plural(events, "change"), m.initial.Load(), rate,
+		plural(st.Lists, "list"), plural(st.Relists, "relist"), plural(st.Watches, "watch"),
+		plural(m.errors.Load(), "error"), plural(m.skipped.Load(), "undecodable value"))
+}
+
+// plural returns n and noun, in the plural unless n is 1: "1 list", "2
+// lists", "0 watches".
+func plural[N int | int64](n N, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	if strings.HasSuffix(noun, "ch") || strings.HasSuffix(noun, "s") {
+		return fmt.Sprintf("%d %ses", n, noun)
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // verify reads the prefix straight from etcd and compares it with the

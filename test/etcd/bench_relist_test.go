@@ -57,7 +57,7 @@ func benchInformerRelist(b *testing.B, c *clientv3.Client, prefix string, n int)
 	m.fixBase()
 	lw := &holdingLW{ListWatcher: etcdmirror.New(c, prefix, etcdmirror.Options{})}
 	inf := mirror.NewInformer[string, etcdmirror.KV](lw, mirror.InformerOptions[string, etcdmirror.KV]{
-		KeyFunc:         etcdmirror.Key[[]byte],
+		KeyFunc:         etcdmirror.KeyOf[[]byte],
 		Logger:          quiet,
 		ResourceVersion: func(o etcdmirror.KV) string { return strconv.FormatInt(o.ModRevision, 10) },
 		ErrorHandler:    func(error) {}, // the compacted watch reports an error on each op

@@ -96,7 +96,7 @@ func benchInformerSync(b *testing.B, lw mirror.ListWatcher[etcdmirror.KV], n int
 	for b.Loop() {
 		m.start(b)
 		inf := mirror.NewInformer(lw, mirror.InformerOptions[string, etcdmirror.KV]{
-			KeyFunc:      etcdmirror.Key[[]byte],
+			KeyFunc:      etcdmirror.KeyOf[[]byte],
 			Logger:       quiet,
 			Reflector:    ropts,
 			ErrorHandler: func(err error) { b.Error(err) },

@@ -62,7 +62,7 @@ func BenchmarkWatchApply(b *testing.B) {
 			}
 		}
 		inf := mirror.NewInformer(etcdmirror.New(c, prefix, etcdmirror.Options{}), mirror.InformerOptions[string, etcdmirror.KV]{
-			KeyFunc:      etcdmirror.Key[[]byte],
+			KeyFunc:      etcdmirror.KeyOf[[]byte],
 			Logger:       quiet,
 			ErrorHandler: func(err error) { b.Error(err) },
 		})

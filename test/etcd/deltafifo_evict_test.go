@@ -49,10 +49,10 @@ func TestDeltaFIFO_KeyDeletedAfterItsValueStoppedDecodingIsStillAnUnknownDeletio
 
 			// The consumer's cache holds the key's first state, and
 			// nobody pops: the queue keeps every delta it is given.
-			known := mirror.NewIndexer(etcdmirror.Key[int], nil)
+			known := mirror.NewIndexer(etcdmirror.KeyOf[int], nil)
 			require.NoError(t, known.Replace(held, ""))
 			f := mirror.NewDeltaFIFO(mirror.DeltaFIFOOptions[string, etcdmirror.Object[int]]{
-				KeyFunc:      etcdmirror.Key[int],
+				KeyFunc:      etcdmirror.KeyOf[int],
 				KnownObjects: known,
 			})
 			r := mirror.NewReflector(etcdmirror.NewTyped(c, "/efd/", decodeInt, etcdmirror.Options{}), f, mirror.ReflectorOptions{})

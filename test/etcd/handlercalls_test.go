@@ -115,7 +115,7 @@ func byKey[T any](calls []call[T]) map[string][]call[T] {
 // recover quickly.
 func identityOptions[T any](queue mirror.QueueKind, report func(error)) mirror.InformerOptions[string, etcdmirror.Object[T]] {
 	return mirror.InformerOptions[string, etcdmirror.Object[T]]{
-		KeyFunc: etcdmirror.Key[T],
+		KeyFunc: etcdmirror.KeyOf[T],
 		Queue:   queue,
 		SameObject: func(cached, incoming etcdmirror.Object[T]) bool {
 			return cached.CreateRevision == incoming.CreateRevision

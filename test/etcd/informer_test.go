@@ -90,7 +90,7 @@ func startInformer[T any](t *testing.T, lw mirror.ListWatcher[etcdmirror.Object[
 	t.Helper()
 	log := &errorLog{}
 	inf := mirror.NewInformer(lw, mirror.InformerOptions[string, etcdmirror.Object[T]]{
-		KeyFunc: etcdmirror.Key[T],
+		KeyFunc: etcdmirror.KeyOf[T],
 		Queue:   queue,
 		Reflector: mirror.ReflectorOptions{
 			Name:           t.Name(),
@@ -403,7 +403,7 @@ func TestInformer_RunReturnsAfterCancelAndLeavesNoGoroutine(t *testing.T) {
 	for _, q := range informerQueues {
 		lw := etcdmirror.New(c, "/igo/", etcdmirror.Options{ProgressInterval: 100 * time.Millisecond})
 		inf := mirror.NewInformer(lw, mirror.InformerOptions[string, etcdmirror.KV]{
-			KeyFunc:      etcdmirror.Key[[]byte],
+			KeyFunc:      etcdmirror.KeyOf[[]byte],
 			Queue:        q.kind,
 			ResyncPeriod: time.Second,
 			ErrorHandler: func(err error) { t.Errorf("%s: %v", q.name, err) },

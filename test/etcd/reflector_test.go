@@ -33,7 +33,7 @@ type recordingStore[T any] struct {
 
 func newRecordingStore[T any]() *recordingStore[T] {
 	return &recordingStore[T]{
-		Indexer: mirror.NewIndexer(etcdmirror.Key[T], nil),
+		Indexer: mirror.NewIndexer(etcdmirror.KeyOf[T], nil),
 		deletes: make(map[string]int),
 	}
 }

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/adapters/k8s"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes"
+)
+
+// mirrorPods mirrors the Pods that clientset reaches, printing every change
+// to out, until ctx ends; then it prints how many Pods each namespace has.
+func mirrorPods(ctx context.Context, clientset kubernetes.Interface, cfg config, out io.Writer) error {
+	p := &printer{out: out}
+	pods := clientset.CoreV1().Pods(cfg.namespace)
+	// Keyed by namespace and name, indexed by namespace; a relisted Pod
+	// whose resource version did not change is no update, and a Pod
+	// re-created under its name (a new UID) is a delete and an add.
+	inf := k8s.NewInformer(k8s.New[*corev1.Pod](pods.List, pods.Watch, k8s.Options{LabelSelector: cfg.selector}),
+		k8s.InformerOptions[*corev1.Pod]{Name: "pods"})
+	reg, err := inf.AddEventHandler(mirror.HandlerFuncs[*corev1.Pod]{
+		AddFunc: func(pod *corev1.Pod, initial bool) {
+			if !initial {
+				p.printf("add    %s/%s  %s on %q", pod.Namespace, pod.Name, pod.Status.Phase, pod.Spec.NodeName)
+			}
+		},
+		UpdateFunc: func(old, pod *corev1.Pod) {
+			p.printf("update %s/%s  %s -> %s on %q", pod.Namespace, pod.Name, old.Status.Phase, pod.Status.Phase, pod.Spec.NodeName)
+		},
+		DeleteFunc: func(pod *corev1.Pod, finalStateUnknown bool) {
+			how := "observed"
+			if finalStateUnknown {
+				how = "unseen, found by a relist"
+			}
+			p.printf("delete %s/%s  last %s (%s)", pod.Namespace, pod.Name, pod.Status.Phase, how)
+		},
+	}, mirror.HandlerOptions{Name: "print"})
+	if err != nil {
+		return err
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+	if cfg.metricsAddr != "" {
+		ln, err := net.Listen("tcp", cfg.metricsAddr)
+		if err != nil {
+			return fmt.Errorf("metrics: %w", err)
+		}
+		srv := &http.Server{Handler: metricsHandler(inf), ReadHeaderTimeout: 10 * time.Second}
+		wg.Go(func() {
+			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				p.printf("metrics: %v", err)
+			}
+		})
+		context.AfterFunc(ctx, func() { srv.Close() })
+		p.printf("serving metrics at http://%s/metrics", ln.Addr())
+	}
+	wg.Go(func() {
+		if err := inf.Run(ctx); err != nil {
+			p.printf("informer: %v", err) // only for a second Run
+		}
+	})
+
+	start := time.Now()
+	if err := mirror.WaitForCacheSync(ctx, reg); err != nil {
+		// ctx ended, or the cluster refuses us (mirror.ErrPermanent:
+		// no permission to list Pods, say).
+		return fmt.Errorf("not synced: %w", err)
+	}
+	p.printf("synced %d pods in %v", inf.Len(), time.Since(start).Round(time.Millisecond))
+	<-ctx.Done()
+	p.printf("pods by namespace: %v", byNamespace(inf))
+	return nil
+}
+
+// byNamespace returns "namespace=count" for every namespace with Pods, in
+// order, read from the namespace index.
+func byNamespace(inf *mirror.Informer[k8s.Key, *corev1.Pod]) []string {
+	namespaces := inf.ListIndexFuncValues(k8s.NamespaceIndex)
+	slices.Sort(namespaces)
+	counts := make([]string, 0, len(namespaces))
+	for _, ns := range namespaces {
+		keys, err := inf.IndexKeys(k8s.NamespaceIndex, ns)
+		if err != nil {
+			continue // cannot happen: NewInformer makes the index
+		}
+		counts = append(counts, fmt.Sprintf("%s=%d", ns, len(keys)))
+	}
+	return counts
+}
+
+// metricsHandler serves a few figures of the informer at /metrics, in
+// Prometheus' text format.
+//
+// TODO(issue 14): serve the registry of the Prometheus metrics module
+// (its own module, requiring the core and client_golang) instead, once it
+// exists: it exports every stage's metrics under their final names. These
+// hand-written ones, named after this program, stand in until then.
+func metricsHandler(inf *mirror.Informer[k8s.Key, *corev1.Pod]) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
+		st := inf.ReflectorStats()
+		confirmed := 0.0
+		if t := inf.Freshness().ConfirmedAt; !t.IsZero() {
+			confirmed = float64(t.UnixMilli()) / 1000
+		}
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+		for _, m := range []struct {
+			name, kind, help string
+			value            float64
+		}{
+			{"podinformer_cached_pods", "gauge", "Pods in the cache.", float64(inf.Len())},
+			{"podinformer_lists_total", "counter", "Lists of the Pods that completed.", float64(st.Lists)},
+			{"podinformer_relists_total", "counter", "Lists after the first.", float64(st.Relists)},
+			{"podinformer_watches_total", "counter", "Watches opened.", float64(st.Watches)},
+			{"podinformer_confirmed_timestamp_seconds", "gauge", "When the API server last confirmed the cache current.", confirmed},
+		} {
+			fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s %g\n", m.name, m.help, m.name, m.kind, m.name, m.value)
+		}
+	})
+	return mux
+}
+
+// printer serialises output from the handler and the main goroutine.
+type printer struct {
+	mu  sync.Mutex
+	out io.Writer
+}
+
+func (p *printer) printf(format string, args ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fmt.Fprintf(p.out, format+"\n", args...)
+}

@@ -1,0 +1,139 @@
+package mirror
+
+import "time"
+
+// Metrics receives what informers measure as they work, for a metrics
+// system to export; the prometheus module in this repository implements
+// it. Give it to an informer in InformerOptions.Metrics: nil, the default,
+// measures nothing and costs nothing.
+//
+// An informer calls Informer once, when its Run starts. Counters and
+// gauges are read when the metrics system asks, through the stats
+// function given to Informer, so they cost the informer nothing more than
+// the atomic counters it keeps anyway; distributions (latencies, list
+// sizes) are pushed to the InformerMetrics that Informer returns, latencies
+// sampled so that no event pays for a clock read of its own.
+type Metrics interface {
+	// Informer is called when the Run of the informer named name starts.
+	// stats returns the informer's counters and gauges as of the call;
+	// it is safe to call from any goroutine, until the InformerMetrics
+	// returned is stopped, and cheap enough for every scrape.
+	Informer(name string, stats func() InformerStats) InformerMetrics
+}
+
+// InformerMetrics receives one running informer's distributions. Its
+// methods are called from the informer's goroutines, concurrently: they
+// must be safe for concurrent use and quick, and must not call the
+// informer.
+type InformerMetrics interface {
+	// Listed is called when a list completes: why it was made, how many
+	// objects it held and how long it took, from its first request to
+	// its last page (or, for a streaming list, to its closing bookmark).
+	Listed(cause ListCause, objects int, took time.Duration)
+	// Applied is called with the time from an event's arrival at the
+	// Reflector to the informer applying it to its cache, for a sample
+	// of the events.
+	Applied(latency time.Duration)
+	// Delivered is called with the time from the informer applying a
+	// change to a handler being called with it, for a sample of the
+	// notifications of the handler named handler.
+	Delivered(handler string, latency time.Duration)
+	// Stop is called when Run returns; nothing is called after it.
+	Stop()
+}
+
+// ListCause says why a Reflector listed its source.
+type ListCause uint8
+
+const (
+	// ListInitial is the first list of a Run.
+	ListInitial ListCause = iota + 1
+	// ListExpired is a relist because the source no longer had the
+	// version to watch or list from (ErrExpired, or
+	// ErrTooLargeResourceVersion).
+	ListExpired
+	// ListAfterError is a relist after a watch failed in another way.
+	ListAfterError
+)
+
+// String returns the cause's name as a metric label uses it: "initial",
+// "expired" or "error".
+func (c ListCause) String() string {
+	switch c {
+	case ListInitial:
+		return "initial"
+	case ListExpired:
+		return "expired"
+	case ListAfterError:
+		return "error"
+	}
+	return "unknown"
+}
+
+// InformerStats is a snapshot of an informer's counters and gauges (see
+// Informer.Stats).
+type InformerStats struct {
+	// Reflector holds the Reflector's counters: lists, relists and watch
+	// restarts by cause, errors by kind.
+	Reflector ReflectorStats
+	// Freshness says how current the cache is known to be.
+	Freshness Freshness
+	// AppliedResourceVersion is the version of the last change applied
+	// to the cache: the cache holds the source's state as of it.
+	AppliedResourceVersion string
+	// Objects is the number of objects in the cache.
+	Objects int
+	// QueueDepth is the number of entries waiting in the queue between
+	// the Reflector and the cache: changes, relists, resyncs with the
+	// in-order queue; keys with the DeltaFIFO.
+	QueueDepth int
+	// QueueAdds counts the entries (keys, for the DeltaFIFO) ever queued.
+	QueueAdds int64
+	// Handlers are the registered handlers, in registration order.
+	Handlers []HandlerStats
+}
+
+// HandlerStats is one handler's part of InformerStats.
+type HandlerStats struct {
+	// Name is the handler's HandlerOptions.Name.
+	Name string
+	// Backlog is the number of notifications waiting for the handler.
+	Backlog int
+	// Delivered counts the notifications handed to the handler.
+	Delivered int64
+	// Panics counts the handler's calls that panicked.
+	Panics int64
+}
+
+// Stats returns the informer's counters and gauges. It is safe for
+// concurrent use, cheap enough for every scrape of a metrics system, and
+// works whether or not the informer was given Metrics; before Run, the
+// Reflector's counters and Freshness are zero.
+func (inf *Informer[K, T]) Stats() InformerStats {
+	s := InformerStats{
+		Reflector: inf.ReflectorStats(),
+		Freshness: inf.Freshness(),
+		Objects:   inf.cache.Len(),
+		Handlers:  inf.proc.handlerStats(),
+	}
+	var drained string
+	if inf.fifo != nil {
+		inf.fifo.mu.Lock()
+		if v, ok := inf.fifo.drainedVersionLocked(); ok {
+			// No pop is in progress while the lock is held: a drained
+			// queue means everything it was given is applied.
+			drained = v
+		}
+		inf.fifo.mu.Unlock()
+		s.QueueDepth, s.QueueAdds = inf.fifo.stats()
+	} else {
+		s.QueueDepth, s.QueueAdds = inf.inOrder.stats()
+	}
+	inf.applyMu.Lock()
+	s.AppliedResourceVersion = inf.appliedRV
+	inf.applyMu.Unlock()
+	if drained != "" {
+		s.AppliedResourceVersion = drained
+	}
+	return s
+}
