@@ -1,6 +1,7 @@
 package mirrorprom_test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -61,11 +62,12 @@ func (s scrape) named(value string) []string {
 }
 
 // parseScrape reads Prometheus' text format.
-func parseScrape(t *testing.T, body io.Reader) scrape {
-	t.Helper()
+func parseScrape(body io.Reader) (scrape, error) {
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	families, err := p.TextToMetricFamilies(body)
-	require.NoError(t, err)
+	if err != nil {
+		return scrape{}, err
+	}
 	s := scrape{values: map[string]float64{}, types: map[string]dto.MetricType{}}
 	for name, f := range families {
 		s.types[name] = f.GetType()
@@ -85,7 +87,7 @@ func parseScrape(t *testing.T, body io.Reader) scrape {
 			}
 		}
 	}
-	return s
+	return s, nil
 }
 
 // handler is what a program serves at /metrics.
@@ -100,15 +102,28 @@ func scrapeHandler(t *testing.T, registry *prometheus.Registry) scrape {
 	rec := httptest.NewRecorder()
 	handler(registry).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-	return parseScrape(t, rec.Body)
+	s, err := parseScrape(rec.Body)
+	require.NoError(t, err)
+	return s
 }
 
 // scrapeURL scrapes a server over the network, as Prometheus does.
 func scrapeURL(t *testing.T, url string) scrape {
 	t.Helper()
-	resp, err := http.Get(url)
+	s, err := tryScrapeURL(url)
 	require.NoError(t, err)
+	return s
+}
+
+// tryScrapeURL is scrapeURL for a goroutine other than the test's.
+func tryScrapeURL(url string) (scrape, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return scrape{}, err
+	}
 	defer resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	return parseScrape(t, resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return scrape{}, fmt.Errorf("GET %s: %s", url, resp.Status)
+	}
+	return parseScrape(resp.Body)
 }
