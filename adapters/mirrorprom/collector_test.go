@@ -14,11 +14,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func newMetrics(t *testing.T) (*mirrorprom.Metrics, *prometheus.Registry) {
-	t.Helper()
+// newMetrics returns a Metrics registered in a registry of its own.
+func newMetrics(tb testing.TB) (*mirrorprom.Metrics, *prometheus.Registry) {
+	tb.Helper()
 	registry := prometheus.NewRegistry()
 	m, err := mirrorprom.New(registry)
-	require.NoError(t, err)
+	require.NoError(tb, err)
 	return m, registry
 }
 

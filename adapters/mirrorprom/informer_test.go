@@ -11,9 +11,7 @@ import (
 	"time"
 
 	"github.com/listwatch/mirror"
-	"github.com/listwatch/mirror/adapters/mirrorprom"
 	"github.com/listwatch/mirror/memsource"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -389,17 +387,4 @@ func TestMetrics_InformersShareOneMetricsUnderTheirNames(t *testing.T) {
 		stopB()
 		assert.Empty(t, scrapeHandler(t, registry).values)
 	})
-}
-
-var _ mirror.Metrics = (*mirrorprom.Metrics)(nil)
-
-// newRegistryMetrics is newMetrics for benchmarks.
-func newRegistryMetrics(tb testing.TB) (*mirrorprom.Metrics, *prometheus.Registry) {
-	tb.Helper()
-	registry := prometheus.NewRegistry()
-	m, err := mirrorprom.New(registry)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return m, registry
 }
