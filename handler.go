@@ -80,6 +80,15 @@ type HandlerOptions struct {
 	// than the informer's own resync period is raised to it.
 	ResyncPeriod time.Duration
 
+	// ChangesOnly, for an informer resumed from a checkpoint (see
+	// CheckpointOptions), keeps the checkpoint's objects from the handler:
+	// it is handed only the changes since the checkpoint, as for a
+	// handler that keeps state of its own along with the checkpoint. It
+	// applies to handlers registered before Run; a handler added later is
+	// handed the cache as it is then, as always. Without a checkpoint to
+	// resume from, the handler gets the informer's first list as usual.
+	ChangesOnly bool
+
 	// MaxBacklog bounds the handler's backlog. Once more than MaxBacklog
 	// notifications wait for the handler, they collapse to at most one
 	// pending notification per key until the handler catches up: the

@@ -97,6 +97,10 @@ type InformerOptions[K comparable, T any] struct {
 	// means 3; failures of other kinds never end the wait.
 	SyncFailureLimit int
 
+	// Checkpoint, if its Path is set, makes the informer keep a
+	// checkpoint of its cache and resume from it (see CheckpointOptions).
+	Checkpoint CheckpointOptions[T]
+
 	// Metrics, if set, receives the informer's measurements (see Metrics);
 	// nil measures nothing. Stats works either way.
 	Metrics Metrics
@@ -265,6 +269,13 @@ func (inf *Informer[K, T]) Run(ctx context.Context) error {
 	r := NewReflector(inf.lw, store, ropts)
 	inf.reflector.Store(r)
 
+	cp := newCheckpointer(inf, inf.opts.Checkpoint)
+	if cp != nil {
+		if rv := cp.load(); rv != "" {
+			cp.resume(r, rv)
+		}
+	}
+
 	var im InformerMetrics
 	if inf.opts.Metrics != nil {
 		im = inf.opts.Metrics.Informer(inf.opts.Name, inf.Stats)
@@ -279,10 +290,17 @@ func (inf *Informer[K, T]) Run(ctx context.Context) error {
 	inf.proc.run(ctx, &wg, im)
 	wg.Go(func() { r.Run(ctx) })
 	wg.Go(func() { inf.applyLoop(ctx) })
+	if cp != nil {
+		wg.Go(func() { cp.run(ctx) })
+	}
 	<-ctx.Done()
 	// From here on no listener starts, so none can outlive Wait.
 	inf.proc.stop()
 	wg.Wait()
+	if cp != nil {
+		// Nothing applies any more: the cache is at the version it says.
+		cp.write()
+	}
 	return nil
 }
 

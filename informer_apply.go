@@ -112,7 +112,7 @@ func (inf *Informer[K, T]) applyEntries(batch []inOrderEntry[K, T]) {
 			for k, obj := range inf.cache.All() {
 				inf.proc.distribute(notification[K, T]{kind: notifyUpdate, key: k, old: obj, obj: obj}, true)
 			}
-		case entryProgress:
+		case entryProgress, entryResumed:
 		}
 		if e.rv != "" {
 			inf.appliedRV = e.rv

@@ -59,6 +59,9 @@ const (
 	entryResync
 	// entryProgress only carries a version: a bookmark's.
 	entryProgress
+	// entryResumed completes the sync of an informer resumed from a
+	// checkpoint: the watch from the checkpoint's version is open.
+	entryResumed
 )
 
 // inOrderEntry is one queued change, list chunk, list end or abort, or

@@ -23,6 +23,7 @@ import (
 type listener[K comparable, T any] struct {
 	handler      Handler[T]
 	name         string // HandlerOptions.Name
+	changesOnly  bool   // HandlerOptions.ChangesOnly
 	report       func(error)
 	upstream     func() bool // the informer has synced
 	resyncPeriod time.Duration

@@ -223,6 +223,10 @@ type Reflector[T any] struct {
 	// onListed, if set (by an informer with metrics), is told of every
 	// completed list.
 	onListed func(cause ListCause, objects int, took time.Duration)
+	// resumed, if set (by an informer started from a checkpoint), makes
+	// Run watch from lastRV before any list, and is called once that
+	// watch is open: the store already holds the state at lastRV.
+	resumed func()
 	// noStreaming is set once the source said it cannot stream lists.
 	noStreaming bool
 	// noChunks is set once the source said it cannot list in chunks.
@@ -353,6 +357,14 @@ func (r *Reflector[T]) Run(ctx context.Context) {
 	r.listCause = ListInitial
 	r.logger.Info("reflector started")
 	defer r.logger.Info("reflector stopped")
+	if r.resumed != nil {
+		relistNow := r.resume(ctx)
+		// From here on the store holds what lists make of it.
+		r.resumed = nil
+		if !relistNow && ctx.Err() == nil && !r.pause(ctx) {
+			return
+		}
+	}
 	for ctx.Err() == nil {
 		relistNow := r.listAndWatch(ctx)
 		if ctx.Err() != nil {
@@ -362,6 +374,26 @@ func (r *Reflector[T]) Run(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// resumeFrom makes Run start by watching from rv, as if a list at rv had
+// been handed to the store (which holds that state already), and call
+// resumed once that watch is open. If the source no longer has rv, Run
+// lists as usual: the list is then a relist against the state the store
+// holds. It must be called before Run.
+func (r *Reflector[T]) resumeFrom(rv string, resumed func()) {
+	r.mu.Lock()
+	r.lastRV = rv
+	r.mu.Unlock()
+	r.resumed = resumed
+}
+
+// resume watches from the version resumeFrom set, until a list is needed
+// or ctx is done; it returns whether that list may start at once.
+func (r *Reflector[T]) resume(ctx context.Context) (relistNow bool) {
+	stopResync := r.startResync(ctx)
+	defer stopResync()
+	return r.watch(ctx, nil)
 }
 
 // listAndWatch gets the source's state into the store, then watches until

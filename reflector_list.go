@@ -328,7 +328,8 @@ func (r *Reflector[T]) replace(sink *listSink[T], n int, rv string) {
 	// The objects this list could not produce are, from now on, all
 	// there is to remember: the others were fixed or are gone.
 	r.skipped, r.listSkipped = r.listSkipped, nil
-	if r.stats.lists.Add(1) > 1 {
+	// A list after a resume is a relist too: the store held a state.
+	if r.stats.lists.Add(1) > 1 || r.listCause != ListInitial {
 		r.stats.relists.Add(1)
 	}
 	switch r.listCause {

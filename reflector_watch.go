@@ -50,6 +50,11 @@ func (r *Reflector[T]) watch(ctx context.Context, w Watcher[T]) (relistNow bool)
 			}
 			r.stats.watches.Add(1)
 			r.reachable()
+			if r.resumed != nil {
+				resumed := r.resumed
+				r.resumed = nil
+				resumed()
+			}
 			if restart != nil {
 				r.stats.watchRestarts.Add(1)
 				restart.Add(1)

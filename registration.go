@@ -71,7 +71,7 @@ func (inf *Informer[K, T]) AddEventHandler(h Handler[T], opts HandlerOptions) (*
 		period = running
 	}
 	l := newListener[K](h, period, opts.MaxBacklog, inf.report, inf.HasSynced)
-	l.name = opts.Name
+	l.name, l.changesOnly = opts.Name, opts.ChangesOnly
 	l.nextResync = time.Now().Add(period)
 
 	inf.applyMu.Lock()

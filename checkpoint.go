@@ -1,0 +1,207 @@
+package mirror
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// CheckpointOptions makes an informer keep a checkpoint: a file holding
+// its cache and the version of the source the cache is at, from which its
+// next Run resumes, watching from that version, instead of listing the
+// whole source again. The zero value keeps none.
+//
+// A checkpoint is written every Interval while Run runs and once more when
+// Run returns, each time atomically (to a temporary file beside Path,
+// synced, then renamed over it), so a crash leaves the previous checkpoint
+// or the new one, never a broken one. Run loads it before it lists: a
+// checkpoint that is missing, truncated, corrupt, in another format or
+// written for another Identity is reported (a *CheckpointError) and
+// ignored, and the informer lists as it would without one.
+//
+// Resumed from a checkpoint, the informer holds the checkpoint's objects
+// and watches from its version: it has synced once that watch is open, and
+// every change made since reaches the cache and the handlers as an
+// ordinary change. If the source no longer has the version (its history
+// was compacted), the informer relists and applies the list against the
+// checkpoint's objects as one step, as any relist: an object gone is a
+// deletion whose final state is unknown, one re-created under its key (see
+// InformerOptions.SameObject) a deletion then an addition, one changed an
+// update, one unchanged nothing (with InformerOptions.ResourceVersion).
+// Either way each change made while the informer was down is delivered
+// once. Handlers registered before Run are first handed the checkpoint's
+// objects as initial adds, unless their HandlerOptions.ChangesOnly is set.
+type CheckpointOptions[T any] struct {
+	// Path is the checkpoint's file; empty means no checkpoint. Its
+	// directory must exist.
+	Path string
+
+	// Interval is how often Run writes a checkpoint; zero or less means
+	// only when Run returns.
+	Interval time.Duration
+
+	// Codec encodes the objects; nil means JSONCodec, which keeps only
+	// the fields encoding/json sees.
+	Codec Codec[T]
+
+	// Identity names what is mirrored, say the source's address and
+	// prefix: a checkpoint written under another identity is not loaded.
+	// Empty means the informer's Name. The Go type of the objects is
+	// always part of it.
+	Identity string
+}
+
+// checkpointer is an informer's checkpoint machinery.
+type checkpointer[K comparable, T any] struct {
+	inf      *Informer[K, T]
+	path     string
+	interval time.Duration
+	codec    Codec[T]
+	identity string
+}
+
+func newCheckpointer[K comparable, T any](inf *Informer[K, T], o CheckpointOptions[T]) *checkpointer[K, T] {
+	if o.Path == "" {
+		return nil
+	}
+	c := &checkpointer[K, T]{inf: inf, path: o.Path, interval: o.Interval, codec: o.Codec, identity: o.Identity}
+	if c.codec == nil {
+		c.codec = JSONCodec[T]{}
+	}
+	if c.identity == "" {
+		c.identity = inf.opts.Name
+	}
+	var zero T
+	c.identity = fmt.Sprintf("%s\x00%T", c.identity, zero)
+	return c
+}
+
+// load fills the informer's cache from the checkpoint and returns its
+// version; on failure it reports why, leaves the cache empty and returns
+// "".
+func (c *checkpointer[K, T]) load() string {
+	inf := c.inf
+	h, err := loadCheckpoint(c.path, c.identity, c.codec, func(obj T) error {
+		key, err := keyOf(inf.opts.KeyFunc, obj)
+		if err != nil {
+			// An object left out would be lost: a watch brings only
+			// what changes.
+			return fmt.Errorf("%w: %w", ErrCheckpointInvalid, err)
+		}
+		_, _, err = inf.cache.Set(key, obj)
+		return err
+	})
+	if err == nil && h.version == "" {
+		err = &CheckpointError{Op: "load", Path: c.path, Err: fmt.Errorf("%w: no version", ErrCheckpointInvalid)}
+	}
+	if err != nil {
+		inf.report(err)
+		_ = inf.cache.Replace(nil, "")
+		return ""
+	}
+	inf.logger.Info("resuming from a checkpoint", "path", c.path, "objects", h.count,
+		"resourceVersion", h.version, "written", h.writtenAt)
+	return h.version
+}
+
+// resume prepares Run to start from the checkpoint's state at rv, already
+// in the cache: the Reflector watches from rv, and the handlers that want
+// them get the cached objects as initial adds.
+func (c *checkpointer[K, T]) resume(r *Reflector[T], rv string) {
+	inf := c.inf
+	inf.appliedRV = rv
+	if inf.fifo != nil {
+		inf.fifo.mu.Lock()
+		inf.fifo.version = rv
+		inf.fifo.mu.Unlock()
+	}
+	inf.proc.mu.RLock()
+	for _, l := range inf.proc.listeners {
+		if !l.changesOnly {
+			for k, obj := range inf.cache.All() {
+				l.pushOwn(notification[K, T]{kind: notifyAdd, key: k, obj: obj, initial: true}, l.pos.seq)
+			}
+		}
+	}
+	inf.proc.mu.RUnlock()
+	r.resumeFrom(rv, inf.resumed)
+}
+
+// run writes a checkpoint every interval until ctx ends.
+func (c *checkpointer[K, T]) run(ctx context.Context) {
+	if c.interval <= 0 {
+		return
+	}
+	t := time.NewTicker(c.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			c.write()
+		}
+	}
+}
+
+// write writes a checkpoint of the cache at the version it is at, if it
+// is at one yet.
+func (c *checkpointer[K, T]) write() {
+	objs, rv := c.inf.snapshot()
+	if rv == "" {
+		return
+	}
+	h := checkpointHeader{identity: c.identity, version: rv, writtenAt: time.Now(), count: len(objs)}
+	if err := writeCheckpoint(c.path, h, slices.Values(objs), c.codec); err != nil {
+		c.inf.report(err)
+	}
+}
+
+// snapshot returns the cache's objects and the version they are at, taken
+// together: "" if the cache is at no version yet (before the first list is
+// applied).
+func (inf *Informer[K, T]) snapshot() ([]T, string) {
+	if inf.fifo != nil {
+		// Keys pop out of event order: the cache is at a version only
+		// with the changes still queued applied over it. Under the
+		// queue's lock no pop is in progress and nothing is queued.
+		inf.fifo.mu.Lock()
+		defer inf.fifo.mu.Unlock()
+		rv := inf.fifo.version
+		if rv == "" {
+			return nil, ""
+		}
+		objs := make([]T, 0, inf.cache.Len()+inf.fifo.q.len())
+		for k, obj := range inf.cache.All() {
+			if _, queued := inf.fifo.q.find(k); !queued {
+				objs = append(objs, obj)
+			}
+		}
+		for _, p := range inf.fifo.q.all() {
+			if d := p.deltas[len(p.deltas)-1]; d.Type != Deleted {
+				objs = append(objs, d.Object)
+			}
+		}
+		return objs, rv
+	}
+	inf.applyMu.Lock()
+	defer inf.applyMu.Unlock()
+	if inf.appliedRV == "" {
+		return nil, ""
+	}
+	return inf.cache.List(), inf.appliedRV
+}
+
+// resumed is called by the Reflector once the watch from the checkpoint's
+// version is open: the informer has synced.
+func (inf *Informer[K, T]) resumed() {
+	if inf.fifo != nil {
+		inf.fifo.mu.Lock()
+		inf.fifo.initial.populateLocked()
+		inf.fifo.mu.Unlock()
+		inf.checkFIFOSynced()
+		return
+	}
+	inf.inOrder.push(inOrderEntry[K, T]{kind: entryResumed})
+}
