@@ -59,7 +59,7 @@ func newCollector(m *Metrics) *collector {
 			"Watches reopened from the last version seen without a relist, by why the one before ended: closed (normally, a timeout say), short (in under a second without an event), unavailable (the source was unreachable).", "cause"),
 		events: desc("mirror_watch_events_total", "Watch events received, of every type."),
 		errs: desc("mirror_errors_total",
-			"Errors reported, by kind: list (a list failed), watch (a watch failed or ended too soon), skipped (an object the source could not produce), store (an object or list the queue refused).", "kind"),
+			"Errors reported, by kind: list (a list failed), watch (a watch failed or ended too soon), skipped (an object the source could not produce), store (an object or list the queue refused), apply (a change the cache refused: an index function failed), checkpoint (a checkpoint not loaded or written).", "kind"),
 		storeVersion: desc("informer_store_resource_version",
 			"The resource version of the last change applied to the cache, if it is a decimal number: its 15 least significant digits."),
 		sourceVersion: desc("mirror_source_resource_version",
@@ -125,7 +125,7 @@ type totals struct {
 	adds, watches, events       int64
 	lists                       [3]int64 // initial, expired, error
 	restarts                    [3]int64 // closed, short, unavailable
-	errs                        [4]int64 // list, watch, skipped, store
+	errs                        [6]int64 // list, watch, skipped, store, apply, checkpoint
 	storeVersion, sourceVersion string
 	staleness                   time.Duration
 	failing                     bool
@@ -153,6 +153,8 @@ func (c *collector) collectInformer(ch chan<- prometheus.Metric, name string, ru
 		t.errs[1] += r.WatchErrors
 		t.errs[2] += r.Skipped
 		t.errs[3] += r.StoreErrors
+		t.errs[4] += st.ApplyErrors
+		t.errs[5] += st.CheckpointErrors
 		if i == 0 {
 			t.storeVersion, t.sourceVersion = st.AppliedResourceVersion, st.Freshness.ResourceVersion
 		}
@@ -189,7 +191,7 @@ func (c *collector) collectInformer(ch chan<- prometheus.Metric, name string, ru
 		counter(c.restarts, t.restarts[i], cause)
 	}
 	counter(c.events, t.events)
-	for i, kind := range []string{"list", "watch", "skipped", "store"} {
+	for i, kind := range []string{"list", "watch", "skipped", "store", "apply", "checkpoint"} {
 		counter(c.errs, t.errs[i], kind)
 	}
 	if v, ok := versionValue(t.storeVersion); ok {
