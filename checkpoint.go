@@ -96,6 +96,7 @@ func (c *checkpointer[K, T]) load() string {
 		err = &CheckpointError{Op: "load", Path: c.path, Err: fmt.Errorf("%w: no version", ErrCheckpointInvalid)}
 	}
 	if err != nil {
+		inf.checkpointErrors.Add(1)
 		inf.report(err)
 		_ = inf.cache.Replace(nil, "")
 		return ""
@@ -154,6 +155,7 @@ func (c *checkpointer[K, T]) write() {
 	}
 	h := checkpointHeader{identity: c.identity, version: rv, writtenAt: time.Now(), count: len(objs)}
 	if err := writeCheckpoint(c.path, h, slices.Values(objs), c.codec); err != nil {
+		c.inf.checkpointErrors.Add(1)
 		c.inf.report(err)
 	}
 }

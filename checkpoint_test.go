@@ -172,6 +172,7 @@ func TestInformer_UnusableCheckpointIsReportedAndTheSourceListed(t *testing.T) {
 				assert.Equal(t, []string{"add a=1 initial=true", "add b=1 initial=true"}, sorted(c.changes.take()),
 					"a full list; without a checkpoint, changes-only handlers get it all")
 				assert.Equal(t, 2, c.inf.Len())
+				assert.EqualValues(t, 1, c.inf.Stats().CheckpointErrors)
 				c.stop(t)
 			})
 		})

@@ -161,6 +161,9 @@ type Informer[K comparable, T any] struct {
 	// belong to the goroutine applying.
 	applied  uint64
 	measured InformerMetrics
+	// applyErrors and checkpointErrors count the errors the informer
+	// reports of its own, for Stats.
+	applyErrors, checkpointErrors atomic.Int64
 
 	synced     atomic.Bool
 	syncedCh   chan struct{}

@@ -29,6 +29,7 @@ func (inf *Informer[K, T]) applyLoop(ctx context.Context) {
 				return
 			}
 			if err != nil {
+				inf.applyErrors.Add(1)
 				inf.report(err)
 			}
 			inf.checkFIFOSynced()
@@ -217,6 +218,7 @@ func (inf *Informer[K, T]) applyDelta(key K, d Delta[T], initial bool) {
 	default: // Added, Updated, Replaced, Sync
 		old, existed, err := inf.cache.Set(key, d.Object)
 		if err != nil {
+			inf.applyErrors.Add(1)
 			inf.report(err)
 			return
 		}

@@ -91,6 +91,11 @@ type InformerStats struct {
 	QueueAdds int64
 	// Handlers are the registered handlers, in registration order.
 	Handlers []HandlerStats
+	// ApplyErrors counts the changes the cache refused (an index function
+	// that failed: *IndexError); CheckpointErrors the checkpoints that
+	// could not be loaded or written (*CheckpointError). The Reflector's
+	// errors are in Reflector, the handlers' panics in Handlers.
+	ApplyErrors, CheckpointErrors int64
 }
 
 // HandlerStats is one handler's part of InformerStats.
@@ -115,6 +120,9 @@ func (inf *Informer[K, T]) Stats() InformerStats {
 		Freshness: inf.Freshness(),
 		Objects:   inf.cache.Len(),
 		Handlers:  inf.proc.handlerStats(),
+
+		ApplyErrors:      inf.applyErrors.Load(),
+		CheckpointErrors: inf.checkpointErrors.Load(),
 	}
 	var drained string
 	if inf.fifo != nil {

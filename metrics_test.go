@@ -1,6 +1,7 @@
 package mirror_test
 
 import (
+	"errors"
 	"slices"
 	"strconv"
 	"sync"
@@ -151,4 +152,25 @@ func TestInformer_StatsBeforeRun(t *testing.T) {
 	assert.Zero(t, st.Objects)
 	assert.Zero(t, st.Reflector)
 	assert.Empty(t, st.AppliedResourceVersion)
+}
+
+func TestInformer_StatsCountTheChangesTheCacheRefused(t *testing.T) {
+	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
+		f := newFixture(t, kind, func(o *mirror.InformerOptions[string, item]) {
+			o.Indexers = mirror.Indexers[item]{"val": func(it item) ([]string, error) {
+				if it.Val < 0 {
+					return nil, errors.New("no index for a negative value")
+				}
+				return []string{strconv.Itoa(it.Val)}, nil
+			}}
+		})
+		f.src.Put(item{Name: "a", Val: 1})
+		f.startRecording()
+		f.src.Put(item{Name: "a", Val: -1})
+		synctest.Wait()
+		assert.EqualValues(t, 1, f.inf.Stats().ApplyErrors)
+		var ie *mirror.IndexError
+		require.ErrorAs(t, f.errs.all()[0], &ie)
+		f.stop()
+	})
 }

@@ -54,7 +54,10 @@ func (s *sampler) stop() {
 type stampLog struct {
 	mu     sync.Mutex
 	stamps [64]stamp
-	n      uint64 // stamps ever added; stamp i is at stamps[i%len]
+	// n counts the stamps ever added; stamp i is at stamps[i%len]. It is
+	// written under mu and read without it by passed, whose consumers
+	// mostly find nothing new: one load then spares them the lock.
+	n atomic.Uint64
 }
 
 type stamp struct {
@@ -65,30 +68,34 @@ type stamp struct {
 // add records that the sequence reached seq at at.
 func (l *stampLog) add(seq uint64, at time.Time) {
 	l.mu.Lock()
-	l.stamps[l.n%uint64(len(l.stamps))] = stamp{seq, at}
-	l.n++
+	n := l.n.Load()
+	l.stamps[n%uint64(len(l.stamps))] = stamp{seq, at}
+	l.n.Store(n + 1)
 	l.mu.Unlock()
 }
 
 // count returns the number of stamps ever added: a new consumer starts
 // there.
 func (l *stampLog) count() uint64 {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.n
+	return l.n.Load()
 }
 
 // passed calls observe with the age at now of each stamp, from the one
 // numbered *next on, whose position a consumer has now passed (seq <=
-// pos), and moves *next past them.
+// pos), and moves *next past them. A stamp is added before the position
+// it names is handed to consumers, so one that has passed it sees it.
 func (l *stampLog) passed(next *uint64, pos uint64, now func() time.Time, observe func(time.Duration)) {
+	if l.n.Load() == *next {
+		return // no stamp since the last pass: the common case
+	}
 	l.mu.Lock()
-	if l.n-*next > uint64(len(l.stamps)) {
-		*next = l.n - uint64(len(l.stamps))
+	n := l.n.Load()
+	if n-*next > uint64(len(l.stamps)) {
+		*next = n - uint64(len(l.stamps))
 	}
 	var ages [len(stampLog{}.stamps)]time.Time
 	k := 0
-	for *next < l.n {
+	for *next < n {
 		s := l.stamps[*next%uint64(len(l.stamps))]
 		if s.seq > pos {
 			break

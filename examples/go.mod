@@ -6,6 +6,8 @@ require (
 	github.com/listwatch/mirror v0.0.0
 	github.com/listwatch/mirror/adapters/etcd v0.0.0
 	github.com/listwatch/mirror/adapters/k8s v0.0.0
+	github.com/listwatch/mirror/adapters/mirrorprom v0.0.0
+	github.com/prometheus/client_golang v1.23.2
 	github.com/stretchr/testify v1.12.1
 	go.etcd.io/etcd/client/pkg/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3
@@ -57,7 +59,6 @@ require (
 	github.com/modern-go/reflect2 v1.0.3-0.20250322232337-35a7c28c31ee // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2 // indirect
-	github.com/prometheus/client_golang v1.23.2 // indirect
 	github.com/prometheus/client_model v0.6.2 // indirect
 	github.com/prometheus/common v0.67.5 // indirect
 	github.com/prometheus/procfs v0.16.1 // indirect
@@ -110,4 +111,5 @@ replace (
 	github.com/listwatch/mirror => ../
 	github.com/listwatch/mirror/adapters/etcd => ../adapters/etcd
 	github.com/listwatch/mirror/adapters/k8s => ../adapters/k8s
+	github.com/listwatch/mirror/adapters/mirrorprom => ../adapters/mirrorprom
 )

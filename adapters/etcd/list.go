@@ -46,7 +46,7 @@ func (lw *ListWatcher[V]) List(ctx context.Context, opts mirror.ListOptions) (mi
 			return res, fmt.Errorf("etcd: list %q: %w", lw.prefix, err)
 		}
 		if resp, err = lw.getAt(ctx, start, rev, ops); err != nil {
-			return res, wrapError(ctx, err, "etcd: list %q at rev %d", lw.prefix, rev)
+			return res, lw.wrapError(ctx, err, "etcd: list %q at rev %d", lw.prefix, rev)
 		}
 	} else {
 		var atLeast int64
@@ -65,7 +65,7 @@ func (lw *ListWatcher[V]) List(ctx context.Context, opts mirror.ListOptions) (mi
 		}
 		resp, err = lw.get(ctx, lw.start, ops)
 		if err != nil {
-			return res, wrapError(ctx, err, "etcd: list %q", lw.prefix)
+			return res, lw.wrapError(ctx, err, "etcd: list %q", lw.prefix)
 		}
 		// Only the first page's header names the list's revision: later
 		// pages carry the store's revision at the time they are read.

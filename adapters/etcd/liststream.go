@@ -81,7 +81,7 @@ func (lw *ListWatcher[V]) listRevision(ctx context.Context, rv string) (int64, e
 	}
 	resp, err := lw.get(ctx, lw.start, ops)
 	if err != nil {
-		return 0, wrapError(ctx, err, "etcd: list %q", lw.prefix)
+		return 0, lw.wrapError(ctx, err, "etcd: list %q", lw.prefix)
 	}
 	rev := resp.Header.Revision
 	if rev < atLeast {
@@ -135,7 +135,7 @@ func (lw *ListWatcher[V]) streamOnce(ctx context.Context, rev int64, serializabl
 			return fmt.Errorf("etcd: list %q at rev %d: %w after %v: %w: %w",
 				lw.prefix, rev, errChunkTimeout, timeout, mirror.ErrUnavailable, err)
 		}
-		return wrapError(ctx, err, "etcd: list %q at rev %d", lw.prefix, rev)
+		return lw.wrapError(ctx, err, "etcd: list %q at rev %d", lw.prefix, rev)
 	}
 	if ch, err = lw.client.GetStream(sctx, lw.start, ops...); err != nil {
 		return failed(err)

@@ -227,6 +227,9 @@ func (w *watcher[V]) Next(ctx context.Context) (mirror.Event[Object[V]], error) 
 		select {
 		case resp, ok := <-w.ch:
 			if !ok {
+				if err := w.lw.clientClosed(ctx); err != nil {
+					return zero, w.fail(err)
+				}
 				return zero, w.fail(w.endError())
 			}
 			w.heard = true
@@ -243,7 +246,7 @@ func (w *watcher[V]) Next(ctx context.Context) (mirror.Event[Object[V]], error) 
 					}
 					continue
 				}
-				return zero, w.fail(wrapError(w.ctx, err, "etcd: watch %q from rev %d", w.lw.prefix, w.from))
+				return zero, w.fail(w.lw.wrapError(w.ctx, err, "etcd: watch %q from rev %d", w.lw.prefix, w.from))
 			}
 			if resp.IsProgressNotify() {
 				if w.bookmarks {

@@ -20,6 +20,11 @@
 //	go run ./examples/etcd-mirror --endpoints https://10.0.0.1:2379 \
 //	    --cacert ca.pem --cert client.pem --key client-key.pem --prefix /services/
 //
+// With --metrics-addr it serves the mirror's metrics for Prometheus (see
+// adapters/mirrorprom) at /metrics on that address:
+//
+//	go run ./examples/etcd-mirror --metrics-addr localhost:9090
+//
 // Values are JSON objects such as {"name": "api", "zone": "eu", "port": 443}.
 package main
 
@@ -37,6 +42,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/listwatch/mirror"
 	etcdmirror "github.com/listwatch/mirror/adapters/etcd"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -70,6 +76,7 @@ type config struct {
 	seed, changes     int
 	duration          time.Duration
 	quiet             bool
+	metricsAddr       string
 }
 
 func parseFlags(args []string, out io.Writer) (config, error) {
@@ -85,6 +92,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.IntVar(&c.changes, "changes", 300, "demo: changes written while the mirror runs")
 	fs.DurationVar(&c.duration, "duration", 0, "stop after this long, initial sync included (0: until interrupted, or the demo's end)")
 	fs.BoolVar(&c.quiet, "quiet", false, "print only the summary")
+	fs.StringVar(&c.metricsAddr, "metrics-addr", "", `address to serve Prometheus metrics on at /metrics, such as ":9090" (default: none)`)
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -130,14 +138,23 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		defer cancel()
 	}
 	p := &printer{out: out, quiet: cfg.quiet}
-	if cfg.endpoints == "" {
-		return runDemo(ctx, cfg, p)
+	var metrics mirror.Metrics // nil: none
+	if cfg.metricsAddr != "" {
+		m, stop, err := serveMetrics(cfg.metricsAddr, p)
+		if err != nil {
+			return err
+		}
+		defer stop() // once the mirror has stopped
+		metrics = m
 	}
-	return runCluster(ctx, cfg, p)
+	if cfg.endpoints == "" {
+		return runDemo(ctx, cfg, metrics, p)
+	}
+	return runCluster(ctx, cfg, metrics, p)
 }
 
 // runCluster mirrors a real cluster's prefix until ctx ends.
-func runCluster(ctx context.Context, cfg config, p *printer) error {
+func runCluster(ctx context.Context, cfg config, metrics mirror.Metrics, p *printer) error {
 	tlsConfig, err := clientTLS(cfg)
 	if err != nil {
 		return err
@@ -148,7 +165,7 @@ func runCluster(ctx context.Context, cfg config, p *printer) error {
 	}
 	defer client.Close()
 
-	m := newMirror(client, cfg.prefix, p)
+	m := newMirror(client, cfg.prefix, metrics, p)
 	defer m.start(ctx)()
 	start := time.Now()
 	if err := m.waitForSync(ctx, p); err != nil {
@@ -163,7 +180,7 @@ func runCluster(ctx context.Context, cfg config, p *printer) error {
 // runDemo starts an etcd of its own, writes demo data and mirrors it.
 // When ctx ends (Ctrl-C, --duration) it stops, prints the summary so far
 // and reports success: nothing went wrong.
-func runDemo(ctx context.Context, cfg config, p *printer) error {
+func runDemo(ctx context.Context, cfg config, metrics mirror.Metrics, p *printer) error {
 	srv, err := startEmbedded(ctx)
 	if err != nil {
 		return interrupted(ctx, err, p)
@@ -193,7 +210,7 @@ func runDemo(ctx context.Context, cfg config, p *printer) error {
 	}
 	p.printf("seeded %s under %s", plural(cfg.seed, "key"), cfg.prefix)
 
-	m := newMirror(client, cfg.prefix, p)
+	m := newMirror(client, cfg.prefix, metrics, p)
 	defer m.start(ctx)()
 	if err := m.demo(ctx, d, cfg.changes, cut, p); err != nil {
 		if ctx.Err() != nil {

@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"net"
+	"net/http"
 	"regexp"
 	"strings"
 	"sync"
@@ -93,6 +95,80 @@ func TestRun_DemoInterruptedPrintsTheSummaryAndSucceeds(t *testing.T) {
 	assert.Contains(t, s, "interrupted")
 	assert.Contains(t, s, "summary: ")
 	assert.NotContains(t, s, "verified", "the demo did not run to its end")
+}
+
+// lineWriter hands each line written to it to a channel, so that a test
+// can follow the program's output as it comes.
+type lineWriter struct {
+	mu sync.Mutex
+	ch chan string
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, line := range strings.Split(strings.TrimSuffix(string(p), "\n"), "\n") {
+		select {
+		case w.ch <- line:
+		default: // nobody reads any more
+		}
+	}
+	return len(p), nil
+}
+
+// until returns the first line that matches re, skipping the others.
+func (w *lineWriter) until(t *testing.T, re string) string {
+	t.Helper()
+	for {
+		select {
+		case line := <-w.ch:
+			if regexp.MustCompile(re).MatchString(line) {
+				return line
+			}
+		case <-time.After(time.Minute):
+			require.FailNow(t, "no line matching "+re)
+		}
+	}
+}
+
+// With --metrics-addr, the demo serves the mirror's metrics for
+// Prometheus at /metrics, labelled by the prefix it mirrors.
+func TestRun_MetricsAddrServesTheMirrorsMetrics(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	out := &lineWriter{ch: make(chan string, 1000)}
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--seed", "200", "--changes", "100000000", "--quiet", "--metrics-addr", "127.0.0.1:0"}, out)
+	}()
+	url := regexp.MustCompile(`serving metrics at (\S+)`).FindStringSubmatch(out.until(t, "^serving metrics at "))[1]
+	out.until(t, "^synced 200 keys")
+
+	scrape := func() string {
+		resp, err := http.Get(url)
+		if err != nil {
+			return err.Error()
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			return err.Error()
+		}
+		return string(body)
+	}
+	// The demo writes changes on: the mirror's series keep moving.
+	const name = `name="/demo/services/"`
+	require.Eventually(t, func() bool {
+		body := scrape()
+		return strings.Contains(body, `mirror_lists_total{cause="initial",`+name+`} 1`+"\n") &&
+			regexp.MustCompile(`mirror_handler_deliveries_total\{handler="print",`+name+`\} [1-9]`).MatchString(body)
+	}, time.Minute, 10*time.Millisecond, "the initial list and the handler's deliveries")
+	body := scrape()
+	for _, metric := range []string{"mirror_cache_objects", "informer_store_resource_version", "mirror_staleness_seconds", "go_goroutines"} {
+		assert.Contains(t, body, "\n"+metric, metric)
+	}
+	cancel()
+	require.NoError(t, <-done)
 }
 
 // --duration bounds the whole run, the initial sync included: a cluster

@@ -38,7 +38,9 @@ type mirrorState struct {
 	syncedAt     time.Time    // when the handler had the initial list
 }
 
-func newMirror(client *clientv3.Client, prefix string, p *printer) *mirrorState {
+// newMirror returns the informer over prefix and its handler; metrics, if
+// not nil, receives its measurements.
+func newMirror(client *clientv3.Client, prefix string, metrics mirror.Metrics, p *printer) *mirrorState {
 	m := &mirrorState{}
 	lw := etcdmirror.NewTyped(client, prefix, decodeService, etcdmirror.Options{
 		// Report a member that does not answer after 5s rather than
@@ -49,7 +51,8 @@ func newMirror(client *clientv3.Client, prefix string, p *printer) *mirrorState 
 	// ModRevision did not change for no change when it relists, and a key
 	// whose CreateRevision changed for another object.
 	m.inf = etcdmirror.NewInformer(lw, etcdmirror.InformerOptions[Service]{
-		Name: prefix,
+		Name:    prefix,
+		Metrics: metrics,
 		Indexers: mirror.Indexers[object]{
 			"zone": func(o object) ([]string, error) { return []string{o.Value.Zone}, nil },
 		},
@@ -93,7 +96,7 @@ func newMirror(client *clientv3.Client, prefix string, p *printer) *mirrorState 
 			// the delete or a relist found the key gone.
 			p.event("delete %s  zone=%s port=%d (%s)", o.Key, o.Value.Zone, o.Value.Port, how)
 		},
-	}, mirror.HandlerOptions{})
+	}, mirror.HandlerOptions{Name: "print"})
 	if err != nil {
 		panic(err) // only for a nil handler, or an informer already stopped
 	}

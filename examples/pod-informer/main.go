@@ -7,7 +7,8 @@
 // ($KUBECONFIG or ~/.kube/config without the flag; the Pod's service
 // account when run in a cluster), in every namespace or in --namespace,
 // optionally restricted by a --selector on labels. With --metrics-addr it
-// serves a few figures of the informer at /metrics.
+// serves the informer's metrics for Prometheus (see adapters/mirrorprom) at
+// /metrics.
 package main
 
 import (

@@ -13,6 +13,10 @@ import (
 
 	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/adapters/k8s"
+	"github.com/listwatch/mirror/adapters/mirrorprom"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 )
@@ -25,8 +29,16 @@ func mirrorPods(ctx context.Context, clientset kubernetes.Interface, cfg config,
 	// Keyed by namespace and name, indexed by namespace; a relisted Pod
 	// whose resource version did not change is no update, and a Pod
 	// re-created under its name (a new UID) is a delete and an add.
-	inf := k8s.NewInformer(k8s.New[*corev1.Pod](pods.List, pods.Watch, k8s.Options{LabelSelector: cfg.selector}),
-		k8s.InformerOptions[*corev1.Pod]{Name: "pods"})
+	opts := k8s.InformerOptions[*corev1.Pod]{Name: "pods"}
+	var metrics http.Handler
+	if cfg.metricsAddr != "" {
+		m, h, err := newMetrics()
+		if err != nil {
+			return err
+		}
+		opts.Metrics, metrics = m, h
+	}
+	inf := k8s.NewInformer(k8s.New[*corev1.Pod](pods.List, pods.Watch, k8s.Options{LabelSelector: cfg.selector}), opts)
 	reg, err := inf.AddEventHandler(mirror.HandlerFuncs[*corev1.Pod]{
 		AddFunc: func(pod *corev1.Pod, initial bool) {
 			if !initial {
@@ -57,7 +69,7 @@ func mirrorPods(ctx context.Context, clientset kubernetes.Interface, cfg config,
 		if err != nil {
 			return fmt.Errorf("metrics: %w", err)
 		}
-		srv := &http.Server{Handler: metricsHandler(inf), ReadHeaderTimeout: 10 * time.Second}
+		srv := &http.Server{Handler: metrics, ReadHeaderTimeout: 10 * time.Second}
 		wg.Go(func() {
 			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 				p.printf("metrics: %v", err)
@@ -100,36 +112,18 @@ func byNamespace(inf *mirror.Informer[k8s.Key, *corev1.Pod]) []string {
 	return counts
 }
 
-// metricsHandler serves a few figures of the informer at /metrics, in
-// Prometheus' text format.
-//
-// TODO(issue 14): serve the registry of the Prometheus metrics module
-// (its own module, requiring the core and client_golang) instead, once it
-// exists: it exports every stage's metrics under their final names. These
-// hand-written ones, named after this program, stand in until then.
-func metricsHandler(inf *mirror.Informer[k8s.Key, *corev1.Pod]) http.Handler {
+// newMetrics returns the Metrics to give the informer and what serves
+// them, with the Go runtime's and the process's, at /metrics.
+func newMetrics() (*mirrorprom.Metrics, http.Handler, error) {
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m, err := mirrorprom.New(registry)
+	if err != nil {
+		return nil, nil, err
+	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
-		st := inf.ReflectorStats()
-		confirmed := 0.0
-		if t := inf.Freshness().ConfirmedAt; !t.IsZero() {
-			confirmed = float64(t.UnixMilli()) / 1000
-		}
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-		for _, m := range []struct {
-			name, kind, help string
-			value            float64
-		}{
-			{"podinformer_cached_pods", "gauge", "Pods in the cache.", float64(inf.Len())},
-			{"podinformer_lists_total", "counter", "Lists of the Pods that completed.", float64(st.Lists)},
-			{"podinformer_relists_total", "counter", "Lists after the first.", float64(st.Relists)},
-			{"podinformer_watches_total", "counter", "Watches opened.", float64(st.Watches)},
-			{"podinformer_confirmed_timestamp_seconds", "gauge", "When the API server last confirmed the cache current.", confirmed},
-		} {
-			fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n%s %g\n", m.name, m.help, m.name, m.kind, m.name, m.value)
-		}
-	})
-	return mux
+	mux.Handle("GET /metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
+	return m, mux, nil
 }
 
 // printer serialises output from the handler and the main goroutine.

@@ -98,8 +98,12 @@ func TestMirrorPods_PrintsChangesServesMetricsAndStopsCleanly(t *testing.T) {
 	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
 	require.NoError(t, err)
-	assert.Contains(t, string(body), "podinformer_cached_pods 3\n")
-	assert.Contains(t, string(body), "podinformer_lists_total 1\n")
+	// The informer applied the deletion before the handler printed it,
+	// and counted its list before it watched.
+	assert.Contains(t, string(body), `mirror_cache_objects{name="pods"} 3`+"\n")
+	assert.Contains(t, string(body), `mirror_lists_total{cause="initial",name="pods"} 1`+"\n")
+	assert.Contains(t, string(body), `mirror_handler_deliveries_total{handler="print",name="pods"} `)
+	assert.Contains(t, string(body), "go_goroutines ")
 
 	cancel()
 	require.NoError(t, <-done)

@@ -5,6 +5,9 @@ go 1.26.0
 require (
 	github.com/listwatch/mirror v0.0.0
 	github.com/listwatch/mirror/adapters/etcd v0.0.0
+	github.com/listwatch/mirror/adapters/mirrorprom v0.0.0
+	github.com/prometheus/client_golang v1.23.2
+	github.com/prometheus/common v0.67.5
 	github.com/stretchr/testify v1.12.1
 	go.etcd.io/etcd/api/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3
@@ -33,9 +36,7 @@ require (
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.29.0 // indirect
 	github.com/jonboulle/clockwork v0.5.0 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
-	github.com/prometheus/client_golang v1.23.2 // indirect
 	github.com/prometheus/client_model v0.6.2 // indirect
-	github.com/prometheus/common v0.67.5 // indirect
 	github.com/prometheus/procfs v0.16.1 // indirect
 	github.com/sirupsen/logrus v1.9.4 // indirect
 	github.com/soheilhy/cmux v0.1.5 // indirect
@@ -74,4 +75,5 @@ require (
 replace (
 	github.com/listwatch/mirror => ../..
 	github.com/listwatch/mirror/adapters/etcd => ../../adapters/etcd
+	github.com/listwatch/mirror/adapters/mirrorprom => ../../adapters/mirrorprom
 )

@@ -1,0 +1,205 @@
+package mirror
+
+import (
+	"errors"
+)
+
+// fifoListing is a list that a DeltaFIFO takes chunk by chunk.
+type fifoListing[T any] struct {
+	active bool
+	// streaming is set if the queue and KnownObjects were both empty when
+	// the list began: each chunk is then queued as it comes, so that the
+	// consumer can move it to its cache while the rest is read. Such a
+	// list can make no tombstone (nothing was known or queued that it
+	// could find gone), so it needs no record of the keys it listed once
+	// they are popped. Otherwise the chunks are kept and applied by one
+	// Replace at the end.
+	streaming bool
+	chunks    [][]T
+}
+
+// Replace records a relist: list is the whole content of the source as of
+// resourceVersion (which the queue does not use).
+//
+// It queues a Sync delta (Replaced with EmitDeltaTypeReplaced) for each
+// listed object. Then it queues a tombstone (a Deleted delta with
+// Tombstone set) for every key it holds that the list lacks, carrying the
+// key's newest queued object, and, with KnownObjects, for every known key
+// that the list lacks and that is not queued, carrying the known object:
+// those objects left the source while nobody watched. A tombstone that
+// follows a queued deletion is dropped, as the deletion already says it;
+// of two real deletions in a row the newer is kept (client-go keeps the
+// older), so the consumer learns the latest state the source reported.
+//
+// Objects whose key cannot be computed are skipped. An object whose
+// transform fails is skipped too, but its key counts as listed, so it gets
+// no tombstone: it is still at the source. Replace applies everything
+// else and returns the failures joined.
+func (f *DeltaFIFO[K, T]) Replace(list []T, _ string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.replaceLocked([][]T{list})
+}
+
+// replaceLocked is Replace of the list made of chunks.
+func (f *DeltaFIFO[K, T]) replaceLocked(chunks [][]T) error {
+	var errs []error
+	var failed map[K]struct{} // listed keys whose transform failed; rare
+	f.replaceEpoch++
+	epoch := f.replaceEpoch
+	n := 0
+	for _, c := range chunks {
+		n += len(c)
+	}
+	f.q.reserve(n)
+	for _, c := range chunks {
+		for _, obj := range c {
+			if err := f.listedLocked(obj, epoch, &failed); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+
+	f.tombstoneUnlistedLocked(epoch)
+	if f.known != nil {
+		for key, obj := range f.known.All() {
+			if _, queued := f.q.find(key); queued {
+				continue // listed, or got its tombstone above
+			}
+			if _, ok := failed[key]; ok {
+				continue
+			}
+			f.queueLocked(key, Delta[T]{Type: Deleted, Object: obj, Tombstone: true}, listRoom)
+		}
+	}
+
+	// Every queued key is now one this Replace listed or tombstoned (or,
+	// rarely, one whose transform failed and that was queued already),
+	// so the initial list is the whole queue.
+	f.initial.replacedLocked(f.q.len())
+	return errors.Join(errs...)
+}
+
+// listedLocked queues the listed delta of obj for the relist numbered
+// epoch. A key whose transform fails counts as listed: it is marked so if
+// it is queued, and added to *failed otherwise.
+func (f *DeltaFIFO[K, T]) listedLocked(obj T, epoch uint64, failed *map[K]struct{}) error {
+	key, err := keyOf(f.keyFunc, obj)
+	if err != nil {
+		return err
+	}
+	if obj, err = f.transformLocked(key, obj); err != nil {
+		if p, queued := f.q.find(key); queued {
+			p.listedIn = epoch
+		} else {
+			if *failed == nil {
+				*failed = make(map[K]struct{})
+			}
+			(*failed)[key] = struct{}{}
+		}
+		return err
+	}
+	f.queueLocked(key, Delta[T]{Type: f.listedType, Object: obj}, listRoom).listedIn = epoch
+	return nil
+}
+
+// tombstoneUnlistedLocked appends a tombstone to every queued key that
+// the relist numbered epoch did not list.
+func (f *DeltaFIFO[K, T]) tombstoneUnlistedLocked(epoch uint64) {
+	for _, p := range f.q.all() {
+		if p.listedIn != epoch {
+			last := p.deltas[len(p.deltas)-1]
+			p.deltas = appendDelta(p.deltas, Delta[T]{Type: Deleted, Object: last.Object, Tombstone: true})
+		}
+	}
+}
+
+// listChunk takes the next chunk of a list from an informer's Reflector
+// (see listApplier). The first chunk of a list decides how the list is
+// taken (see fifoListing): a streaming list queues the chunk now, as
+// Replace would queue its objects; any other keeps it for listDone.
+func (f *DeltaFIFO[K, T]) listChunk(items []T) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	l := &f.listing
+	if !l.active {
+		*l = fifoListing[T]{active: true, streaming: f.q.len() == 0 && !f.knowsAnyLocked()}
+		if l.streaming {
+			f.replaceEpoch++
+		}
+	}
+	if !l.streaming {
+		l.chunks = append(l.chunks, items)
+		return nil
+	}
+	var errs []error
+	var failed map[K]struct{} // unused: a streaming list makes no tombstones
+	queued := f.q.len()
+	f.q.reserve(queued + len(items))
+	for _, obj := range items {
+		if err := f.listedLocked(obj, f.replaceEpoch, &failed); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	// Until the list is done, its keys are the initial list's so far.
+	f.initial.listedLocked(f.q.len() - queued)
+	return errors.Join(errs...)
+}
+
+// listDone completes the list whose chunks listChunk took: as Replace of
+// the whole list would, but a streaming list has queued its objects
+// already and has no tombstone to make (but for keys queued meanwhile by
+// something other than the list, which a Reflector does not do).
+func (f *DeltaFIFO[K, T]) listDone(rv string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.versionLocked(rv)
+	l := f.listing
+	f.listing = fifoListing[T]{}
+	if !l.streaming {
+		return f.replaceLocked(l.chunks)
+	}
+	f.tombstoneUnlistedLocked(f.replaceEpoch)
+	f.initial.populateLocked()
+	return nil
+}
+
+// listFailed ends the list listChunk was taking without completing it. A
+// streaming list leaves what it queued: its keys are still at the source
+// as of the list's version, and the next list corrects the rest.
+func (f *DeltaFIFO[K, T]) listFailed() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.listing = fifoListing[T]{}
+}
+
+// knowsAnyLocked reports whether KnownObjects holds any object.
+func (f *DeltaFIFO[K, T]) knowsAnyLocked() bool {
+	if f.known == nil {
+		return false
+	}
+	for range f.known.All() {
+		return true
+	}
+	return false
+}
+
+// Resync queues a Sync delta, carrying the known object, for every key in
+// KnownObjects that has no pending deltas, so that consumers see every
+// object again periodically. A key with pending deltas is skipped: they
+// will reach the consumer anyway, and a Sync built from the known object,
+// which predates them, would come after them and roll the consumer back.
+// Without KnownObjects Resync does nothing. It always returns nil.
+func (f *DeltaFIFO[K, T]) Resync() error {
+	if f.known == nil {
+		return nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for key, obj := range f.known.All() {
+		if _, queued := f.q.find(key); !queued {
+			f.queueLocked(key, Delta[T]{Type: Sync, Object: obj}, listRoom)
+		}
+	}
+	return nil
+}
