@@ -366,7 +366,59 @@ func (m *procMember) setPaused(paused bool) error {
 		return fmt.Errorf("etcd member %s: %v: %w", m.name, sig, err)
 	}
 	m.proc.paused = paused
+	// The signal is delivered asynchronously: a request sent just after
+	// SIGSTOP could still be answered. Wait until every thread is in the
+	// state asked for.
+	if err := waitStopped(m.proc.cmd.Process.Pid, paused); err != nil {
+		return fmt.Errorf("etcd member %s: %v: %w", m.name, sig, err)
+	}
 	return nil
+}
+
+// waitStopped waits until every thread of process pid is stopped by a
+// signal (state T in /proc), or, if stopped is false, none is.
+func waitStopped(pid int, stopped bool) error {
+	deadline := time.Now().Add(procStopTimeout)
+	for {
+		all, none, err := threadsStopped(pid)
+		switch {
+		case err != nil:
+			return err
+		case stopped && all, !stopped && none:
+			return nil
+		case time.Now().After(deadline):
+			return fmt.Errorf("threads not %s after %v", map[bool]string{true: "stopped", false: "running"}[stopped], procStopTimeout)
+		}
+		time.Sleep(time.Millisecond) // polling /proc: there is nothing to wait on
+	}
+}
+
+// threadsStopped reports whether all and whether none of the threads of
+// process pid are stopped by a signal.
+func threadsStopped(pid int) (all, none bool, err error) {
+	stats, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/stat", pid))
+	if err != nil || len(stats) == 0 {
+		return false, false, fmt.Errorf("no threads of process %d in /proc: %v", pid, err)
+	}
+	all, none = true, true
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // a thread that exited meanwhile
+		}
+		// The state follows the command, which is in parentheses and
+		// may hold spaces.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) {
+			return false, false, fmt.Errorf("unexpected %s: %q", f, b)
+		}
+		if b[i+2] == 'T' {
+			none = false
+		} else {
+			all = false
+		}
+	}
+	return all, none, nil
 }
 
 // lockedBuffer is a bytes.Buffer safe for concurrent use: a child's
