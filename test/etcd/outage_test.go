@@ -296,7 +296,9 @@ func putMarker(t *testing.T, key string, eps ...string) {
 	defer c.Close()
 	deadline := time.Now().Add(convergeTimeout)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		// Short attempts: a put sent to a cluster electing a new leader
+		// fails only after etcd's own request timeout.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_, err := c.Put(ctx, key, "x")
 		cancel()
 		if err == nil {
