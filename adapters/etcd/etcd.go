@@ -90,6 +90,18 @@ type Options struct {
 	// bookmarks when the watch allows them. Zero means 5 seconds; a
 	// negative value turns the requests off (a watch on a lost member
 	// then waits until the client reconnects).
+	//
+	// How soon the mirror is current again once a lost member is back is
+	// the client's affair: the new watch waits for the client's
+	// connection, and is current within about 0.1 s of it (measured in
+	// test/etcd's outage test), as fast as a raw clientv3 watch. gRPC
+	// retries a lost connection with a backoff that grows to two minutes
+	// by default, with jitter, so after a long outage two clients can
+	// come back seconds apart. A client made for a mirror may cap it,
+	// for example with grpc.WithConnectParams(grpc.ConnectParams{Backoff:
+	// backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6,
+	// Jitter: 0.2, MaxDelay: time.Second}}) in clientv3.Config.DialOptions:
+	// then the mirror was current within 0.9 s of a member's return.
 	ProgressInterval time.Duration
 
 	// PrevValues makes watches ask etcd for the value each event
