@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -149,6 +150,31 @@ func writeCheckpoint[T any](path string, h checkpointHeader, objs func(yield fun
 		d.Close()
 	}
 	return nil
+}
+
+// removeStaleTemps removes the temporary files that writeCheckpoint
+// creates beside path (see os.CreateTemp: base.tmp followed by digits)
+// and that a process killed while writing leaves behind, each as large as
+// a checkpoint. It must not run while a write to path is in progress; it
+// is best effort: what it cannot list or remove stays.
+func removeStaleTemps(path string) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	prefix := base + ".tmp"
+	for _, e := range entries {
+		name := e.Name()
+		suffix, ok := strings.CutPrefix(name, prefix)
+		if !ok || suffix == "" || strings.Trim(suffix, "0123456789") != "" || !e.Type().IsRegular() {
+			continue
+		}
+		_ = os.Remove(filepath.Join(dir, name))
+	}
 }
 
 func appendField(b []byte, s string) []byte {
