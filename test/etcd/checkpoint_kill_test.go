@@ -30,7 +30,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -216,74 +215,22 @@ const (
 	killMissing        killOutcome = "no checkpoint yet"
 )
 
-// loadProbe is the ListWatcher behind an informer that only loads a
-// checkpoint: its first Watch (from the checkpoint's version) records the
-// version and the cache, which then holds the checkpoint's objects and
-// nothing else; a List means that nothing was loaded.
-type loadProbe struct {
-	inf  *mirror.Informer[string, killObj]
-	once sync.Once
-	got  chan loadResult
+// loadKilled loads the checkpoint b, written for identity, as an
+// informer's start does. It returns the version and each object's Val, or
+// the error the load reported.
+func loadKilled(t *testing.T, b []byte, identity string) (loadResult, error) {
+	t.Helper()
+	rv, objs, err := loadCheckpoint(t, b, killKey, mirror.CheckpointOptions[killObj]{Identity: identity})
+	res := loadResult{rv: rv, vals: make(map[string]int, len(objs))}
+	for _, o := range objs {
+		res.vals[o.Name] = o.Val
+	}
+	return res, err
 }
 
 type loadResult struct {
-	listed bool
-	rv     string
-	vals   map[string]int
-}
-
-func (p *loadProbe) List(context.Context, mirror.ListOptions) (mirror.ListResult[killObj], error) {
-	p.once.Do(func() { p.got <- loadResult{listed: true} })
-	return mirror.ListResult[killObj]{ResourceVersion: "1"}, nil
-}
-
-func (p *loadProbe) Watch(ctx context.Context, opts mirror.WatchOptions) (mirror.Watcher[killObj], error) {
-	p.once.Do(func() {
-		vals := make(map[string]int, p.inf.Len())
-		for k, o := range p.inf.All() {
-			vals[k] = o.Val
-		}
-		p.got <- loadResult{rv: opts.ResourceVersion, vals: vals}
-	})
-	<-ctx.Done()
-	return nil, ctx.Err()
-}
-
-// loadKilled loads the checkpoint b, written for identity, as an
-// informer's start does, from a file of its own (the probe writes one
-// when it stops). It returns what was loaded, or the error the load
-// reported.
-func loadKilled(t *testing.T, b []byte, identity string) (loadResult, error) {
-	t.Helper()
-	scratch := filepath.Join(t.TempDir(), "copy")
-	require.NoError(t, os.WriteFile(scratch, b, 0o600))
-
-	p := &loadProbe{got: make(chan loadResult, 1)}
-	var reported []error
-	var mu sync.Mutex
-	p.inf = mirror.NewInformer[string, killObj](p, mirror.InformerOptions[string, killObj]{
-		KeyFunc: killKey,
-		ErrorHandler: func(err error) {
-			mu.Lock()
-			reported = append(reported, err)
-			mu.Unlock()
-		},
-		Checkpoint: mirror.CheckpointOptions[killObj]{Path: scratch, Identity: identity},
-	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.inf.Run(ctx) }()
-	res := <-p.got
-	cancel()
-	require.NoError(t, <-done)
-	mu.Lock()
-	defer mu.Unlock()
-	if res.listed {
-		require.Len(t, reported, 1, "a load that fails is reported")
-		return res, reported[0]
-	}
-	require.Empty(t, reported)
-	return res, nil
+	rv   string
+	vals map[string]int
 }
 
 // killChild is a running child.

@@ -29,8 +29,15 @@ type cpMirror struct {
 }
 
 // startCPMirror runs a cpMirror of prefix through c with its checkpoint
-// at path, until stop or the end of the test.
+// at path, written when it stops, until stop or the end of the test.
 func startCPMirror(t *testing.T, c *clientv3.Client, prefix, path string, queue mirror.QueueKind) *cpMirror {
+	t.Helper()
+	return startCPMirrorEvery(t, c, prefix, path, queue, 0)
+}
+
+// startCPMirrorEvery is startCPMirror with a checkpoint written every
+// interval too.
+func startCPMirrorEvery(t *testing.T, c *clientv3.Client, prefix, path string, queue mirror.QueueKind, interval time.Duration) *cpMirror {
 	t.Helper()
 	m := &cpMirror{
 		lw:      etcdmirror.New(c, prefix, fastOptions),
@@ -43,7 +50,7 @@ func startCPMirror(t *testing.T, c *clientv3.Client, prefix, path string, queue 
 		Queue:        queue,
 		ErrorHandler: m.errs.add,
 		Reflector:    mirror.ReflectorOptions{InitialBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond},
-		Checkpoint:   mirror.CheckpointOptions[etcdmirror.KV]{Path: path},
+		Checkpoint:   mirror.CheckpointOptions[etcdmirror.KV]{Path: path, Interval: interval},
 	})
 	_, err := m.inf.AddEventHandler(m.replay, mirror.HandlerOptions{})
 	require.NoError(t, err)
