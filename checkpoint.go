@@ -86,7 +86,7 @@ func (c *checkpointer[K, T]) load() string {
 	inf := c.inf
 	// No write has started yet: any temporary file is a crash's.
 	removeStaleTemps(c.path)
-	h, err := loadCheckpoint(c.path, c.identity, c.codec, func(obj T) error {
+	h, err := loadCheckpoint(c.path, c.identity, c.codec, inf.cache.reserve, func(obj T) error {
 		key, err := keyOf(inf.opts.KeyFunc, obj)
 		if err != nil {
 			// An object left out would be lost: a watch brings only
