@@ -18,7 +18,9 @@ import (
 // or the new one, never a broken one. Run loads it before it lists: a
 // checkpoint that is missing, truncated, corrupt, in another format or
 // written for another Identity is reported (a *CheckpointError) and
-// ignored, and the informer lists as it would without one.
+// ignored, and the informer lists as it would without one. Run also
+// removes the temporary files that a process killed while writing left
+// beside Path; two informers must not share a Path.
 //
 // Resumed from a checkpoint, the informer holds the checkpoint's objects
 // and watches from its version: it has synced once that watch is open, and
@@ -82,7 +84,9 @@ func newCheckpointer[K comparable, T any](inf *Informer[K, T], o CheckpointOptio
 // "".
 func (c *checkpointer[K, T]) load() string {
 	inf := c.inf
-	h, err := loadCheckpoint(c.path, c.identity, c.codec, func(obj T) error {
+	// No write has started yet: any temporary file is a crash's.
+	removeStaleTemps(c.path)
+	h, err := loadCheckpoint(c.path, c.identity, c.codec, inf.cache.reserve, func(obj T) error {
 		key, err := keyOf(inf.opts.KeyFunc, obj)
 		if err != nil {
 			// An object left out would be lost: a watch brings only

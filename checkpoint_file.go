@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -151,26 +152,54 @@ func writeCheckpoint[T any](path string, h checkpointHeader, objs func(yield fun
 	return nil
 }
 
+// removeStaleTemps removes the temporary files that writeCheckpoint
+// creates beside path (see os.CreateTemp: base.tmp followed by digits)
+// and that a process killed while writing leaves behind, each as large as
+// a checkpoint. It must not run while a write to path is in progress; it
+// is best effort: what it cannot list or remove stays.
+func removeStaleTemps(path string) {
+	dir, base := filepath.Split(path)
+	if dir == "" {
+		dir = "."
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	prefix := base + ".tmp"
+	for _, e := range entries {
+		name := e.Name()
+		suffix, ok := strings.CutPrefix(name, prefix)
+		if !ok || suffix == "" || strings.Trim(suffix, "0123456789") != "" || !e.Type().IsRegular() {
+			continue
+		}
+		_ = os.Remove(filepath.Join(dir, name))
+	}
+}
+
 func appendField(b []byte, s string) []byte {
 	b = binary.AppendUvarint(b, uint64(len(s)))
 	return append(b, s...)
 }
 
 // loadCheckpoint reads the checkpoint at path, written for identity, and
-// calls each with every object it holds, in the order they were written.
+// calls each with every object it holds, in the order they were written;
+// before the first, it calls reserve, if not nil, with how many there
+// may be (what the header says, bounded by what the file can hold), so
+// that the caller can make room for them at once.
 // It returns the header once the whole file has been read and checked; if
 // it returns an error, the caller must discard whatever each was given:
 // the checkpoint may be corrupt, and its checksum is checked only at the
 // end. An error from each ends the load and is returned.
-func loadCheckpoint[T any](path, identity string, codec Codec[T], each func(T) error) (checkpointHeader, error) {
-	h, err := readCheckpoint(path, identity, codec, each)
+func loadCheckpoint[T any](path, identity string, codec Codec[T], reserve func(n int), each func(T) error) (checkpointHeader, error) {
+	h, err := readCheckpoint(path, identity, codec, reserve, each)
 	if err != nil {
 		return h, &CheckpointError{Op: "load", Path: path, Err: err}
 	}
 	return h, nil
 }
 
-func readCheckpoint[T any](path, identity string, codec Codec[T], each func(T) error) (checkpointHeader, error) {
+func readCheckpoint[T any](path, identity string, codec Codec[T], reserve func(n int), each func(T) error) (checkpointHeader, error) {
 	var h checkpointHeader
 	f, err := os.Open(path)
 	if err != nil {
@@ -200,6 +229,11 @@ func readCheckpoint[T any](path, identity string, codec Codec[T], each func(T) e
 	count := r.uvarint()
 	if r.err != nil {
 		return h, r.err
+	}
+	if reserve != nil {
+		// The count is not checked until the checksum is: an object
+		// takes at least its length's byte, so the file bounds it.
+		reserve(int(min(count, uint64(r.left))))
 	}
 	for i := uint64(0); i < count; i++ {
 		data := r.field()

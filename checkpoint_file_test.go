@@ -27,7 +27,7 @@ func writeTestCheckpoint(t *testing.T, path string, objs []cpObj) {
 
 func loadTestCheckpoint(path string) ([]cpObj, checkpointHeader, error) {
 	var got []cpObj
-	h, err := loadCheckpoint(path, "test", JSONCodec[cpObj]{}, func(o cpObj) error {
+	h, err := loadCheckpoint(path, "test", JSONCodec[cpObj]{}, nil, func(o cpObj) error {
 		got = append(got, o)
 		return nil
 	})

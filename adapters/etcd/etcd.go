@@ -18,7 +18,10 @@
 // NewTyped (or New, for raw values) makes the ListWatcher; NewInformer
 // makes an informer of it, keyed by etcd key, that reports a relisted key
 // only if its ModRevision changed, and a key deleted and created again
-// unseen as a deletion then an addition.
+// unseen as a deletion then an addition, and that keeps its checkpoints
+// (see mirror.CheckpointOptions) with Codec. ListWatcher.Stats counts the
+// lists and watches it asked etcd for: a mirror resumed from a checkpoint
+// makes no list while etcd still has the checkpoint's revision.
 package etcd
 
 import (
@@ -155,6 +158,7 @@ type ListWatcher[V any] struct {
 	// noStream is set once the server answered that it does not offer
 	// RangeStream: ListChunks pages from then on.
 	noStream atomic.Bool
+	stats    stats
 }
 
 // New returns a ListWatcher of the raw values under prefix, read through c.

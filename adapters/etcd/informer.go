@@ -1,6 +1,10 @@
 package etcd
 
-import "github.com/listwatch/mirror"
+import (
+	"fmt"
+
+	"github.com/listwatch/mirror"
+)
 
 // InformerOptions configures an informer of etcd keys: it is
 // mirror.InformerOptions for Objects keyed by their etcd key. NewInformer
@@ -19,6 +23,14 @@ type InformerOptions[V any] = mirror.InformerOptions[string, Object[V]]
 //     created again while the watch was down (history compacted meanwhile)
 //     reaches handlers as OnDelete(old, true) then OnAdd(new), never as an
 //     OnUpdate from one to the other.
+//   - With Checkpoint.Path set (see mirror.CheckpointOptions), Checkpoint.Codec
+//     is a Codec with its default Values: an Object's metadata in a compact
+//     binary form, and its value as it is for KV, in JSON for any other V
+//     (give a Codec with Values of your own for a V that JSON does not
+//     keep whole). Checkpoint.Identity, if lw is a *ListWatcher, names the
+//     informer's Name and lw's prefix, so that a checkpoint of another
+//     prefix is not loaded; name the cluster in it yourself if one path
+//     may serve mirrors of several clusters.
 //
 // A field of opts the caller set is kept as it is, never replaced: to
 // report a re-created key as an update, for instance, set SameObject to a
@@ -34,6 +46,17 @@ func NewInformer[V any](lw mirror.ListWatcher[Object[V]], opts InformerOptions[V
 	}
 	if opts.SameObject == nil {
 		opts.SameObject = SameObject[V]
+	}
+	if cp := &opts.Checkpoint; cp.Path != "" {
+		if cp.Codec == nil {
+			cp.Codec = Codec[V]{Values: defaultValues[V]()}
+		}
+		if elw, ok := lw.(*ListWatcher[V]); ok && cp.Identity == "" {
+			cp.Identity = fmt.Sprintf("etcd prefix %q", elw.prefix)
+			if opts.Name != "" {
+				cp.Identity = opts.Name + ": " + cp.Identity
+			}
+		}
 	}
 	return mirror.NewInformer(lw, opts)
 }

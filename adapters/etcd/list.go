@@ -30,6 +30,14 @@ import (
 // mirror.ErrExpired, mirror.ErrTooLargeResourceVersion and
 // mirror.ErrUnavailable where one applies, and wrap etcd's error too.
 func (lw *ListWatcher[V]) List(ctx context.Context, opts mirror.ListOptions) (mirror.ListResult[Object[V]], error) {
+	if opts.Continue == "" {
+		lw.stats.lists.Add(1)
+	}
+	return lw.list(ctx, opts)
+}
+
+// list is List, uncounted: it reads one page.
+func (lw *ListWatcher[V]) list(ctx context.Context, opts mirror.ListOptions) (mirror.ListResult[Object[V]], error) {
 	var res mirror.ListResult[Object[V]]
 	var buf [4]clientv3.OpOption
 	ops := append(buf[:0], clientv3.WithRange(lw.end))
@@ -76,6 +84,7 @@ func (lw *ListWatcher[V]) List(ctx context.Context, opts mirror.ListOptions) (mi
 		}
 	}
 
+	lw.stats.listed(resp.Kvs)
 	res.ResourceVersion = formatRev(rev)
 	res.Items = make([]Object[V], 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
@@ -111,6 +120,7 @@ func (lw *ListWatcher[V]) getAt(ctx context.Context, key string, rev int64, ops 
 func (lw *ListWatcher[V]) get(ctx context.Context, key string, ops []clientv3.OpOption) (*clientv3.GetResponse, error) {
 	rctx, cancel := lw.requestContext(ctx)
 	defer cancel()
+	lw.stats.listRequests.Add(1)
 	return lw.client.Get(rctx, key, ops...)
 }
 

@@ -47,6 +47,7 @@ func (lw *ListWatcher[V]) ListChunks(ctx context.Context, opts mirror.ListOption
 	if opts.Continue != "" {
 		return fmt.Errorf("etcd: list %q in chunks: %w", lw.prefix, errBadContinue)
 	}
+	lw.stats.lists.Add(1)
 	if !lw.noStream.Load() {
 		rev, err := lw.listRevision(ctx, opts.ResourceVersion)
 		if err != nil {
@@ -137,6 +138,7 @@ func (lw *ListWatcher[V]) streamOnce(ctx context.Context, rev int64, serializabl
 		}
 		return lw.wrapError(ctx, err, "etcd: list %q at rev %d", lw.prefix, rev)
 	}
+	lw.stats.listRequests.Add(1)
 	if ch, err = lw.client.GetStream(sctx, lw.start, ops...); err != nil {
 		return failed(err)
 	}
@@ -155,6 +157,7 @@ func (lw *ListWatcher[V]) streamOnce(ctx context.Context, rev int64, serializabl
 		if timer != nil {
 			timer.Stop()
 		}
+		lw.stats.listed(resp.Kvs)
 		res.Items = make([]Object[V], 0, len(resp.Kvs))
 		res.Skipped = nil
 		for _, kv := range resp.Kvs {
@@ -181,10 +184,10 @@ func (lw *ListWatcher[V]) streamOnce(ctx context.Context, rev int64, serializabl
 	return nil
 }
 
-// listPages reads the list in pages with List and hands each to chunk.
+// listPages reads the list in pages, as List does, and hands each to chunk.
 func (lw *ListWatcher[V]) listPages(ctx context.Context, opts mirror.ListOptions, chunk func(mirror.ListResult[Object[V]]) error) error {
 	for {
-		page, err := lw.List(ctx, opts)
+		page, err := lw.list(ctx, opts)
 		if err != nil {
 			return err
 		}

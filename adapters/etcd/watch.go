@@ -141,6 +141,7 @@ func (w *watcher[V]) open(ctx context.Context, rev int64, timeout time.Duration)
 		timer = time.AfterFunc(timeout, func() { w.stop(errStartTimeout) })
 	}
 	stop := context.AfterFunc(ctx, func() { w.stop(ctx.Err()) })
+	w.lw.stats.watches.Add(1)
 	w.ch = w.lw.client.Watch(octx, w.lw.start, ops...)
 	stop()
 	if timer != nil && !timer.Stop() {
