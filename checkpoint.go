@@ -145,15 +145,27 @@ func (c *checkpointer[K, T]) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			c.write()
+			c.write(ctx)
 		}
 	}
 }
 
 // write writes a checkpoint of the cache at the version it is at, if it
-// is at one yet.
-func (c *checkpointer[K, T]) write() {
-	objs, rv := c.inf.snapshot()
+// is at one yet. If the cache holds part of a change (see Event.More), it
+// waits for the rest while ctx lasts, and else writes nothing: the
+// previous checkpoint stays, whole.
+func (c *checkpointer[K, T]) write(ctx context.Context) {
+	objs, rv, wait := c.inf.snapshot()
+	for wait != nil {
+		select {
+		case <-wait:
+			objs, rv, wait = c.inf.snapshot()
+		case <-ctx.Done():
+			c.inf.logger.Info("checkpoint not written: the cache holds part of a change",
+				"path", c.path, "resourceVersion", rv)
+			return
+		}
+	}
 	if rv == "" {
 		return
 	}
@@ -166,8 +178,9 @@ func (c *checkpointer[K, T]) write() {
 
 // snapshot returns the cache's objects and the version they are at, taken
 // together: "" if the cache is at no version yet (before the first list is
-// applied).
-func (inf *Informer[K, T]) snapshot() ([]T, string) {
+// applied). If the cache holds only part of the change at its version, it
+// returns no objects and a channel closed once the rest is in.
+func (inf *Informer[K, T]) snapshot() (objs []T, rv string, wait <-chan struct{}) {
 	if inf.fifo != nil {
 		// Keys pop out of event order: the cache is at a version only
 		// with the changes still queued applied over it. Under the
@@ -175,8 +188,11 @@ func (inf *Informer[K, T]) snapshot() ([]T, string) {
 		inf.fifo.mu.Lock()
 		defer inf.fifo.mu.Unlock()
 		rv := inf.fifo.version
+		if wait := inf.fifo.partial.wait(); wait != nil {
+			return nil, rv, wait
+		}
 		if rv == "" {
-			return nil, ""
+			return nil, "", nil
 		}
 		objs := make([]T, 0, inf.cache.Len()+inf.fifo.q.len())
 		for k, obj := range inf.cache.All() {
@@ -189,14 +205,17 @@ func (inf *Informer[K, T]) snapshot() ([]T, string) {
 				objs = append(objs, d.Object)
 			}
 		}
-		return objs, rv
+		return objs, rv, nil
 	}
 	inf.applyMu.Lock()
 	defer inf.applyMu.Unlock()
-	if inf.appliedRV == "" {
-		return nil, ""
+	if wait := inf.partial.wait(); wait != nil {
+		return nil, inf.appliedRV, wait
 	}
-	return inf.cache.List(), inf.appliedRV
+	if inf.appliedRV == "" {
+		return nil, "", nil
+	}
+	return inf.cache.List(), inf.appliedRV, nil
 }
 
 // resumed is called by the Reflector once the watch from the checkpoint's

@@ -92,6 +92,9 @@ type DeltaFIFO[K comparable, T any] struct {
 	// version is the version of the last event or list an informer's
 	// Reflector queued (see event); "" for a queue used on its own.
 	version string
+	// partial says whether the queue holds part of the change at
+	// version (see partialChange).
+	partial partialChange
 	// adds counts the keys ever queued; arrivals samples when.
 	adds     uint64
 	arrivals arrivals
@@ -135,20 +138,21 @@ var (
 // Add queues an Added delta for obj. If the key function or the
 // transformer fails, Add returns the error (a *KeyError for the key
 // function) and changes nothing.
-func (f *DeltaFIFO[K, T]) Add(obj T) error { return f.add(Added, obj, "") }
+func (f *DeltaFIFO[K, T]) Add(obj T) error { return f.add(Added, obj, position{}) }
 
 // Update queues an Updated delta for obj, like Add.
-func (f *DeltaFIFO[K, T]) Update(obj T) error { return f.add(Updated, obj, "") }
+func (f *DeltaFIFO[K, T]) Update(obj T) error { return f.add(Updated, obj, position{}) }
 
-// add queues a change of obj at version rv ("" if not known).
-func (f *DeltaFIFO[K, T]) add(typ DeltaType, obj T, rv string) error {
+// add queues a change of obj at position pos (the zero position if not
+// known).
+func (f *DeltaFIFO[K, T]) add(typ DeltaType, obj T, pos position) error {
 	key, err := keyOf(f.keyFunc, obj)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.versionLocked(pos)
 	if err != nil {
 		return err
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.versionLocked(rv)
 	if obj, err = f.transformLocked(key, obj); err != nil {
 		return err
 	}
@@ -167,13 +171,13 @@ func (f *DeltaFIFO[K, T]) add(typ DeltaType, obj T, rv string) error {
 // transformer fails, the deletion is still queued, as DeleteKeyOnly queues
 // it, and Delete returns the error: the object is gone whatever its last
 // state looked like, and dropping the deletion would keep it for good.
-func (f *DeltaFIFO[K, T]) Delete(obj T) error { return f.delete(obj, false, false, "") }
+func (f *DeltaFIFO[K, T]) Delete(obj T) error { return f.delete(obj, false, false, position{}) }
 
 // DeleteKeyOnly is Delete for an obj that identifies the object but does
 // not hold its last state (see Event.KeyOnly): the Deleted delta carries
 // the last state the queue knows instead, the key's newest queued object
 // or else its object in KnownObjects, which is not transformed again.
-func (f *DeltaFIFO[K, T]) DeleteKeyOnly(obj T) error { return f.delete(obj, true, false, "") }
+func (f *DeltaFIFO[K, T]) DeleteKeyOnly(obj T) error { return f.delete(obj, true, false, position{}) }
 
 // Evict queues a tombstone (a Deleted delta with Tombstone set) for the
 // object identified by obj, which the source still holds in a state the
@@ -181,17 +185,18 @@ func (f *DeltaFIFO[K, T]) DeleteKeyOnly(obj T) error { return f.delete(obj, true
 // carries the last state the queue knows, and a key that is neither queued
 // nor in KnownObjects is left alone. Consumers see a deletion whose final
 // state is unknown, not an observed one.
-func (f *DeltaFIFO[K, T]) Evict(obj T) error { return f.delete(obj, true, true, "") }
+func (f *DeltaFIFO[K, T]) Evict(obj T) error { return f.delete(obj, true, true, position{}) }
 
-// delete queues a deletion of obj at version rv ("" if not known).
-func (f *DeltaFIFO[K, T]) delete(obj T, keyOnly, tombstone bool, rv string) error {
+// delete queues a deletion of obj at position pos (the zero position if
+// not known).
+func (f *DeltaFIFO[K, T]) delete(obj T, keyOnly, tombstone bool, pos position) error {
 	key, err := keyOf(f.keyFunc, obj)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.versionLocked(pos)
 	if err != nil {
 		return err
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.versionLocked(rv)
 	f.initial.populateLocked()
 	last, ok := f.lastLocked(key)
 	if !ok {
@@ -221,27 +226,29 @@ func (f *DeltaFIFO[K, T]) delete(obj T, keyOnly, tombstone bool, rv string) erro
 func (f *DeltaFIFO[K, T]) event(ev Event[T]) error {
 	switch ev.Type {
 	case EventAdded:
-		return f.add(Added, ev.Object, ev.ResourceVersion)
+		return f.add(Added, ev.Object, at(ev))
 	case EventModified:
-		return f.add(Updated, ev.Object, ev.ResourceVersion)
+		return f.add(Updated, ev.Object, at(ev))
 	case EventDeleted:
-		return f.delete(ev.Object, ev.KeyOnly, false, ev.ResourceVersion)
+		return f.delete(ev.Object, ev.KeyOnly, false, at(ev))
 	case EventError:
 		if ev.KeyOnly {
-			return f.delete(ev.Object, true, true, ev.ResourceVersion)
+			return f.delete(ev.Object, true, true, at(ev))
 		}
 	}
 	// A bookmark, or an error about no object in particular: progress.
 	f.mu.Lock()
-	f.versionLocked(ev.ResourceVersion)
+	f.versionLocked(at(ev))
 	f.mu.Unlock()
 	return nil
 }
 
-// versionLocked records that everything queued is at version rv, if known.
-func (f *DeltaFIFO[K, T]) versionLocked(rv string) {
-	if rv != "" {
-		f.version = rv
+// versionLocked records that everything queued is at position pos, if its
+// version is known.
+func (f *DeltaFIFO[K, T]) versionLocked(pos position) {
+	if pos.rv != "" {
+		f.version = pos.rv
+		f.partial.set(pos)
 	}
 }
 

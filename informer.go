@@ -156,6 +156,9 @@ type Informer[K comparable, T any] struct {
 	// appliedRV is the source's version the cache is at: that of the last
 	// change, list or bookmark applied. Guarded by applyMu.
 	appliedRV string
+	// partial says whether the cache holds part of the change at
+	// appliedRV (in-order queue). Guarded by applyMu.
+	partial partialChange
 	// applied counts the queue's entries (keys, for the DeltaFIFO)
 	// applied; measured receives how long a sample of them waited. Both
 	// belong to the goroutine applying.
@@ -301,8 +304,9 @@ func (inf *Informer[K, T]) Run(ctx context.Context) error {
 	inf.proc.stop()
 	wg.Wait()
 	if cp != nil {
-		// Nothing applies any more: the cache is at the version it says.
-		cp.write()
+		// Nothing applies any more: the cache is at the version it says,
+		// and a change it holds part of will not complete.
+		cp.write(ctx)
 	}
 	return nil
 }

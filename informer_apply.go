@@ -117,6 +117,7 @@ func (inf *Informer[K, T]) applyEntries(batch []inOrderEntry[K, T]) {
 		}
 		if e.rv != "" {
 			inf.appliedRV = e.rv
+			inf.partial.set(position{rv: e.rv, more: e.more})
 		}
 		if e.completesSync {
 			// The listeners must count the initial-list adds before

@@ -81,8 +81,10 @@ type inOrderEntry[K comparable, T any] struct {
 	obj  T
 	part *listPart[K, T]
 	// rv is the source's version once the entry is applied: the event's,
-	// or the list's for its end; "" if the entry does not say.
-	rv string
+	// or the list's for its end; "" if the entry does not say. more says
+	// that more of the change at rv follows (Event.More).
+	rv   string
+	more bool
 }
 
 // listPart is one chunk of a list as the queue prepared it: the objects
@@ -161,59 +163,60 @@ var (
 )
 
 // Add queues an addition.
-func (q *inOrderQueue[K, T]) Add(obj T) error { return q.queueChange(entryAdded, obj, "") }
+func (q *inOrderQueue[K, T]) Add(obj T) error { return q.queueChange(entryAdded, obj, position{}) }
 
 // Update queues an update.
-func (q *inOrderQueue[K, T]) Update(obj T) error { return q.queueChange(entryUpdated, obj, "") }
+func (q *inOrderQueue[K, T]) Update(obj T) error { return q.queueChange(entryUpdated, obj, position{}) }
 
 // Delete queues a deletion. Whether the key is known is decided when it
 // is applied.
-func (q *inOrderQueue[K, T]) Delete(obj T) error { return q.queueChange(entryDeleted, obj, "") }
+func (q *inOrderQueue[K, T]) Delete(obj T) error { return q.queueChange(entryDeleted, obj, position{}) }
 
 // DeleteKeyOnly queues a deletion whose object holds only the key
 // (see Event.KeyOnly). It is not transformed: a transform may need more.
 func (q *inOrderQueue[K, T]) DeleteKeyOnly(obj T) error {
-	return q.queueKeyOnly(entryDeletedKeyOnly, obj, "")
+	return q.queueKeyOnly(entryDeletedKeyOnly, obj, position{})
 }
 
 // Evict queues the eviction of the key of obj, which holds only what
 // identifies it (see Evicter). Whether the key is known is decided when it
 // is applied.
-func (q *inOrderQueue[K, T]) Evict(obj T) error { return q.queueKeyOnly(entryEvicted, obj, "") }
+func (q *inOrderQueue[K, T]) Evict(obj T) error { return q.queueKeyOnly(entryEvicted, obj, position{}) }
 
 // event queues a watch event from the Reflector with its version (see
 // eventStore).
 func (q *inOrderQueue[K, T]) event(ev Event[T]) error {
 	switch ev.Type {
 	case EventAdded:
-		return q.queueChange(entryAdded, ev.Object, ev.ResourceVersion)
+		return q.queueChange(entryAdded, ev.Object, at(ev))
 	case EventModified:
-		return q.queueChange(entryUpdated, ev.Object, ev.ResourceVersion)
+		return q.queueChange(entryUpdated, ev.Object, at(ev))
 	case EventDeleted:
 		if ev.KeyOnly {
-			return q.queueKeyOnly(entryDeletedKeyOnly, ev.Object, ev.ResourceVersion)
+			return q.queueKeyOnly(entryDeletedKeyOnly, ev.Object, at(ev))
 		}
-		return q.queueChange(entryDeleted, ev.Object, ev.ResourceVersion)
+		return q.queueChange(entryDeleted, ev.Object, at(ev))
 	case EventError:
 		if ev.KeyOnly {
-			return q.queueKeyOnly(entryEvicted, ev.Object, ev.ResourceVersion)
+			return q.queueKeyOnly(entryEvicted, ev.Object, at(ev))
 		}
 	}
 	// A bookmark, or an error about no object in particular: progress.
 	if ev.ResourceVersion != "" {
-		q.push(inOrderEntry[K, T]{kind: entryProgress, rv: ev.ResourceVersion})
+		q.push(inOrderEntry[K, T]{kind: entryProgress, rv: ev.ResourceVersion, more: ev.More})
 	}
 	return nil
 }
 
 // queueKeyOnly queues a deletion or eviction whose object holds only the
 // key; it is not transformed, as a transform may need more.
-func (q *inOrderQueue[K, T]) queueKeyOnly(kind entryKind, obj T, rv string) error {
+func (q *inOrderQueue[K, T]) queueKeyOnly(kind entryKind, obj T, pos position) error {
 	k, err := keyOf(q.keyFunc, obj)
 	if err != nil {
+		q.progress(pos)
 		return err
 	}
-	e := inOrderEntry[K, T]{kind: kind, key: k, rv: rv}
+	e := inOrderEntry[K, T]{kind: kind, key: k, rv: pos.rv, more: pos.more}
 	if kind == entryDeletedKeyOnly {
 		e.obj = obj
 	}
@@ -239,24 +242,30 @@ func (q *inOrderQueue[K, T]) transformed(k K, obj T) (T, error) {
 // whose transform fails is queued with the key alone, as DeleteKeyOnly
 // queues it, since the object is gone whatever its last state looked like.
 // Either way the error is returned.
-func (q *inOrderQueue[K, T]) queueChange(kind entryKind, obj T, rv string) error {
+func (q *inOrderQueue[K, T]) queueChange(kind entryKind, obj T, pos position) error {
 	k, err := keyOf(q.keyFunc, obj)
 	if err != nil {
-		if rv != "" {
-			q.push(inOrderEntry[K, T]{kind: entryProgress, rv: rv})
-		}
+		q.progress(pos)
 		return err
 	}
 	if obj, err = q.transformed(k, obj); err != nil {
 		if kind == entryDeleted {
-			q.push(inOrderEntry[K, T]{kind: entryDeletedKeyOnly, key: k, rv: rv})
-		} else if rv != "" {
-			q.push(inOrderEntry[K, T]{kind: entryProgress, rv: rv})
+			q.push(inOrderEntry[K, T]{kind: entryDeletedKeyOnly, key: k, rv: pos.rv, more: pos.more})
+		} else {
+			q.progress(pos)
 		}
 		return err
 	}
-	q.push(inOrderEntry[K, T]{kind: kind, key: k, obj: obj, rv: rv})
+	q.push(inOrderEntry[K, T]{kind: kind, key: k, obj: obj, rv: pos.rv, more: pos.more})
 	return nil
+}
+
+// progress queues the position of an event whose change is left out, so
+// that the cache still reaches the event's version.
+func (q *inOrderQueue[K, T]) progress(pos position) {
+	if pos.rv != "" {
+		q.push(inOrderEntry[K, T]{kind: entryProgress, rv: pos.rv, more: pos.more})
+	}
 }
 
 // Replace queues the whole list: one chunk, then its end. Objects whose

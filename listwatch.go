@@ -206,6 +206,16 @@ type Event[T any] struct {
 
 	// Err is the problem an EventError reports; nil for every other type.
 	Err error
+
+	// More is set when the next event of the same watch belongs to the
+	// same change at the source, one made in a single step (an etcd
+	// transaction) whose events all carry this ResourceVersion: the
+	// mirror is at that version only once the last of them, the one
+	// without More, is applied. The Reflector resumes a broken watch from
+	// the last complete version, and a checkpoint is never taken between
+	// two events of one change. Sources whose versions name single events
+	// leave it false.
+	More bool
 }
 
 // Watcher is one stream of watch events. Next is called from one goroutine

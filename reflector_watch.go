@@ -162,7 +162,9 @@ func (r *Reflector[T]) apply(ev Event[T]) {
 	// An event without a version (an EventError may have none) says
 	// nothing about progress; taking "" would make the next watch start
 	// from "now" and miss what came between.
-	if ev.ResourceVersion != "" {
+	// Nor does an event with more of its change to come: a watch that
+	// broke before the rest came must start again at the change.
+	if ev.ResourceVersion != "" && !ev.More {
 		r.confirmed(ev.ResourceVersion, ev.Type == EventBookmark)
 	}
 }

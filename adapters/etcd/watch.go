@@ -41,7 +41,9 @@ var (
 // *mirror.ObjectError naming the key and the put's revision: etcd holds a
 // value the mirror cannot represent, so a Reflector reports the error and
 // evicts whatever it held for the key, as a relist would leave the key out.
-// The stream goes on. Every event's ResourceVersion is its revision. With
+// The stream goes on. Every event's ResourceVersion is its revision; the
+// events of one transaction share it, and all but the last of them are
+// marked mirror.Event.More, so that no checkpoint is taken between them. With
 // opts.AllowBookmarks, etcd's progress notifications become EventBookmark
 // events.
 //
@@ -216,7 +218,11 @@ func (w *watcher[V]) Next(ctx context.Context) (mirror.Event[Object[V]], error) 
 			w.events[w.next] = nil // let the response's memory go as we go
 			w.next++
 			if ev.Kv.ModRevision >= w.from {
-				return w.event(ev), nil
+				e := w.event(ev)
+				// The events of one transaction share its revision
+				// and come in one response.
+				e.More = w.next < len(w.events) && w.events[w.next].Kv.ModRevision == ev.Kv.ModRevision
+				return e, nil
 			}
 		}
 		w.events, w.next = nil, 0
