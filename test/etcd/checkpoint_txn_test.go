@@ -54,7 +54,7 @@ func TestCheckpoint_WrittenWhileTransactionsStreamInHoldsWholeTransactions(t *te
 			txn()
 
 			inf := etcdmirror.NewInformer(etcdmirror.New(c, prefix, fastOptions), etcdmirror.InformerOptions[[]byte]{
-				Queue:        q.kind,
+				Queue: q.kind,
 				ErrorHandler: func(err error) {
 					// fastOptions' short timeouts trip on a loaded machine;
 					// a watch opened again is not the point.
@@ -62,7 +62,7 @@ func TestCheckpoint_WrittenWhileTransactionsStreamInHoldsWholeTransactions(t *te
 						assert.ErrorIs(t, err, os.ErrNotExist)
 					}
 				},
-				Checkpoint:   mirror.CheckpointOptions[etcdmirror.KV]{Path: path, Interval: time.Millisecond, Identity: identity},
+				Checkpoint: mirror.CheckpointOptions[etcdmirror.KV]{Path: path, Interval: time.Millisecond, Identity: identity},
 			})
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
