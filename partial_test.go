@@ -41,6 +41,7 @@ func TestInformer_CheckpointWaitsForTheRestOfAChange(t *testing.T) {
 				objs, rv, wait := inf.snapshot()
 				require.NotNil(t, wait, "half of the change at version 2 is in")
 				assert.Nil(t, objs)
+				assert.Equal(t, "2", rv)
 
 				w.push(modified("b", "2", "2"))
 				synctest.Wait()
