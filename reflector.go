@@ -357,16 +357,11 @@ func (r *Reflector[T]) Run(ctx context.Context) {
 	r.listCause = ListInitial
 	r.logger.Info("reflector started")
 	defer r.logger.Info("reflector stopped")
-	if r.resumed != nil {
-		relistNow := r.resume(ctx)
-		// From here on the store holds what lists make of it.
-		r.resumed = nil
-		if !relistNow && ctx.Err() == nil && !r.pause(ctx) {
-			return
-		}
-	}
 	for ctx.Err() == nil {
 		relistNow := r.listAndWatch(ctx)
+		// Only the first watch may resume: from here on the store holds
+		// what lists make of it.
+		r.resumed = nil
 		if ctx.Err() != nil {
 			return
 		}
@@ -388,21 +383,16 @@ func (r *Reflector[T]) resumeFrom(rv string, resumed func()) {
 	r.resumed = resumed
 }
 
-// resume watches from the version resumeFrom set, until a list is needed
-// or ctx is done; it returns whether that list may start at once.
-func (r *Reflector[T]) resume(ctx context.Context) (relistNow bool) {
-	stopResync := r.startResync(ctx)
-	defer stopResync()
-	return r.watch(ctx, nil)
-}
-
-// listAndWatch gets the source's state into the store, then watches until
-// a relist is needed. It returns whether that relist may start at once
-// rather than after a pause.
+// listAndWatch gets the source's state into the store, unless the store
+// holds it already (resumeFrom), then watches until a relist is needed. It
+// returns whether that relist may start at once rather than after a pause.
 func (r *Reflector[T]) listAndWatch(ctx context.Context) (relistNow bool) {
-	w, ok := r.sync(ctx)
-	if !ok {
-		return false
+	var w Watcher[T]
+	if r.resumed == nil {
+		var ok bool
+		if w, ok = r.sync(ctx); !ok {
+			return false
+		}
 	}
 	stopResync := r.startResync(ctx)
 	defer stopResync()
