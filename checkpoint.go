@@ -124,9 +124,7 @@ func (c *checkpointer[K, T]) resume(r *Reflector[T], rv string) {
 	inf.proc.mu.RLock()
 	for _, l := range inf.proc.listeners {
 		if !l.changesOnly {
-			for k, obj := range inf.cache.All() {
-				l.pushOwn(notification[K, T]{kind: notifyAdd, key: k, obj: obj, initial: true}, l.pos.seq)
-			}
+			l.replay(inf.cache.All(), l.pos.seq)
 		}
 	}
 	inf.proc.mu.RUnlock()

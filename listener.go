@@ -2,6 +2,7 @@ package mirror
 
 import (
 	"context"
+	"iter"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -159,6 +160,25 @@ func (l *listener[K, T]) pushOwn(n notification[K, T], at uint64) {
 	}
 	l.own.push(ownNotification[K, T]{at: at, n: n})
 	l.boundLocked()
+	l.mu.Unlock()
+	l.wakeUp()
+}
+
+// replay queues for this listener alone, after the feed's notifications
+// numbered below at, an initial-list add of each of objs: the cache as a
+// handler registered late, or resumed from a checkpoint, is first handed
+// it. It takes the lock once, not once an object.
+func (l *listener[K, T]) replay(objs iter.Seq2[K, T], at uint64) {
+	l.mu.Lock()
+	if l.removed {
+		l.mu.Unlock()
+		return
+	}
+	for k, obj := range objs {
+		l.initialPending++
+		l.own.push(ownNotification[K, T]{at: at, n: notification[K, T]{kind: notifyAdd, key: k, obj: obj, initial: true}})
+		l.boundLocked()
+	}
 	l.mu.Unlock()
 	l.wakeUp()
 }

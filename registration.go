@@ -78,9 +78,7 @@ func (inf *Informer[K, T]) AddEventHandler(h Handler[T], opts HandlerOptions) (*
 	err := inf.proc.add(l, func() {
 		l.follow(&inf.proc.feed)
 		if inf.started.Load() {
-			for k, obj := range inf.cache.All() {
-				l.pushOwn(notification[K, T]{kind: notifyAdd, key: k, obj: obj, initial: true}, l.pos.seq)
-			}
+			l.replay(inf.cache.All(), l.pos.seq)
 		}
 	})
 	inf.applyMu.Unlock()
