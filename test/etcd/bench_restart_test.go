@@ -22,12 +22,12 @@ import (
 // loads the file and watches from the checkpoint's revision), and from a
 // checkpoint whose revision etcd has compacted meanwhile
 // (impl=checkpoint-compacted: it loads the file, finds the revision gone,
-// and relists against what it loaded). The 1M-key rows need -etcd.1m. One op is one
-// restart, timed until the cache holds the last change made while it was
-// down (a key that sorts after every other, put last), i.e. until it is
-// current: "time to current". Each informer has two handlers, one
-// replaying (handed the checkpoint's objects first) and one with
-// HandlerOptions.ChangesOnly.
+// and relists against what it loaded). The 1M-key rows need -etcd.1m.
+// One op is one restart, timed until the changes-only handler is given
+// the last change made while it was down (a key that sorts after every
+// other, put last), i.e. until it is current: "time to current". Each
+// informer has two handlers, one replaying (handed the checkpoint's
+// objects first) and one with HandlerOptions.ChangesOnly.
 //
 // Off the clock, before each op, restartChanges updates 100 keys and puts
 // the marker key; after it, the informer stops, which writes the next
@@ -70,27 +70,38 @@ type restartedInformer struct {
 	lw              *etcdmirror.ListWatcher[[]byte]
 	inf             *etcdInformer[[]byte]
 	replay, changes atomic.Int64 // notifications each handler was given
-	replayAt        atomic.Pointer[string]
-	cancel          context.CancelFunc
-	done            chan error
+	// current is closed once the changes-only handler is given the
+	// marker at the awaited value, replayed once the replaying handler
+	// is, and synced once the informer has synced.
+	current, replayed chan struct{}
+	synced            chan time.Duration
+	cancel            context.CancelFunc
+	done              chan error
 }
 
-// startRestarted starts an informer of prefix, with a checkpoint at path
-// unless path is "".
-func startRestarted(b *testing.B, c *clientv3.Client, prefix, path string) *restartedInformer {
-	r := &restartedInformer{lw: etcdmirror.New(c, prefix, etcdmirror.Options{}), done: make(chan error, 1)}
+// startRestarted starts, at start, an informer of prefix, with a
+// checkpoint at path unless path is "", that awaits the marker at value.
+func startRestarted(b *testing.B, c *clientv3.Client, prefix, path, value string, start time.Time) *restartedInformer {
+	r := &restartedInformer{
+		lw:      etcdmirror.New(c, prefix, etcdmirror.Options{}),
+		current: make(chan struct{}), replayed: make(chan struct{}),
+		synced: make(chan time.Duration, 1), done: make(chan error, 1),
+	}
 	r.inf = etcdmirror.NewInformer(r.lw, etcdmirror.InformerOptions[[]byte]{
 		// The compacted rows' expired watch, and the first start's
 		// missing file, are expected.
 		ErrorHandler: func(error) {},
 		Checkpoint:   mirror.CheckpointOptions[etcdmirror.KV]{Path: path},
 	})
-	count := func(n *atomic.Int64, last *atomic.Pointer[string]) mirror.Handler[etcdmirror.KV] {
+	count := func(n *atomic.Int64, reached chan struct{}) mirror.Handler[etcdmirror.KV] {
+		// A handler is called by one goroutine at a time: done needs
+		// no lock.
+		done := false
 		seen := func(o etcdmirror.KV) {
 			n.Add(1)
-			if last != nil && o.Key == prefix+restartMarker {
-				v := string(o.Value)
-				last.Store(&v)
+			if !done && o.Key == prefix+restartMarker && string(o.Value) == value {
+				done = true
+				close(reached)
 			}
 		}
 		return mirror.HandlerFuncs[etcdmirror.KV]{
@@ -99,15 +110,20 @@ func startRestarted(b *testing.B, c *clientv3.Client, prefix, path string) *rest
 			DeleteFunc: func(etcdmirror.KV, bool) { n.Add(1) },
 		}
 	}
-	if _, err := r.inf.AddEventHandler(count(&r.replay, &r.replayAt), mirror.HandlerOptions{}); err != nil {
+	if _, err := r.inf.AddEventHandler(count(&r.replay, r.replayed), mirror.HandlerOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := r.inf.AddEventHandler(count(&r.changes, nil), mirror.HandlerOptions{ChangesOnly: true}); err != nil {
+	if _, err := r.inf.AddEventHandler(count(&r.changes, r.current), mirror.HandlerOptions{ChangesOnly: true}); err != nil {
 		b.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	go func() { r.done <- r.inf.Run(ctx) }()
+	go func() {
+		if mirror.WaitForCacheSync(ctx, r.inf) == nil {
+			r.synced <- time.Since(start)
+		}
+	}()
 	return r
 }
 
@@ -115,41 +131,30 @@ func startRestarted(b *testing.B, c *clientv3.Client, prefix, path string) *rest
 // keys putN writes.
 const restartMarker = "~marker"
 
-// awaitCache waits until r's cache holds the marker at value: the cache is
-// then current, as the marker was the last change. It returns how long
-// after start the informer said it had synced (for a resumed informer,
-// once its watch from the checkpoint's revision is open).
-func (r *restartedInformer) awaitCache(b *testing.B, prefix, value string, start time.Time) (synced time.Duration) {
-	deadline := time.Now().Add(10 * time.Minute)
-	for {
-		if synced == 0 && r.inf.HasSynced() {
-			synced = time.Since(start)
-		}
-		if o, ok := r.inf.GetByKey(prefix + restartMarker); ok && string(o.Value) == value {
-			if synced == 0 {
-				synced = time.Since(start)
-			}
-			return synced
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("the informer did not reach the marker %q", value)
-		}
-		time.Sleep(100 * time.Microsecond)
+// awaitCurrent waits until r's changes-only handler has been given the
+// marker at the awaited value: the informer is then current, as the marker
+// was the last change, and its cache holds it, as a handler is told of a
+// change once it is cached. It returns how long after start the informer
+// said it had synced (for a resumed informer, once its watch from the
+// checkpoint's revision is open).
+func (r *restartedInformer) awaitCurrent(b *testing.B) (synced time.Duration) {
+	select {
+	case <-r.current:
+	case <-time.After(10 * time.Minute):
+		b.Fatal("the informer did not reach the marker")
 	}
+	// Synced no later than current.
+	return <-r.synced
 }
 
 // awaitReplay waits until the replaying handler has been given the marker
-// at value: it has then been given everything the start delivers.
-func (r *restartedInformer) awaitReplay(b *testing.B, value string) {
-	deadline := time.Now().Add(10 * time.Minute)
-	for {
-		if v := r.replayAt.Load(); v != nil && *v == value {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("the replaying handler did not reach the marker %q", value)
-		}
-		time.Sleep(100 * time.Microsecond)
+// at the awaited value: it has then been given everything the start
+// delivers.
+func (r *restartedInformer) awaitReplay(b *testing.B) {
+	select {
+	case <-r.replayed:
+	case <-time.After(10 * time.Minute):
+		b.Fatal("the replaying handler did not reach the marker")
 	}
 }
 
@@ -170,7 +175,7 @@ func restartChanges(b *testing.B, c *clientv3.Client, prefix string, n, op int) 
 	ops := make([]clientv3.Op, 0, restartUpdates)
 	for i := range restartUpdates {
 		k := (op*restartUpdates + i*(n/restartUpdates)) % n
-		ops = append(ops, clientv3.OpPut(prefix+keyName(k), "op"+strconv.Itoa(op)))
+		ops = append(ops, clientv3.OpPut(nthKey(prefix, k), "op"+strconv.Itoa(op)))
 	}
 	if _, err := c.Txn(context.Background()).Then(ops...).Commit(); err != nil {
 		b.Fatal(err)
@@ -183,23 +188,15 @@ func restartChanges(b *testing.B, c *clientv3.Client, prefix string, n, op int) 
 	return value, resp.Header.Revision
 }
 
-// keyName is the name putN gives key i under a prefix.
-func keyName(i int) string {
-	s := strconv.Itoa(i)
-	for len(s) < 8 {
-		s = "0" + s
-	}
-	return s
-}
-
 func benchRestart(b *testing.B, c *clientv3.Client, prefix string, n int, impl string) {
 	path := ""
 	if impl != restartRelist {
 		path = filepath.Join(b.TempDir(), "checkpoint")
 		// The first checkpoint: a start without one, stopped once current.
 		value, _ := restartChanges(b, c, prefix, n, -1)
-		r := startRestarted(b, c, prefix, path)
-		r.awaitCache(b, prefix, value, time.Now())
+		r := startRestarted(b, c, prefix, path, value, time.Now())
+		r.awaitCurrent(b)
+		r.awaitReplay(b)
 		r.stop(b)
 	}
 	var (
@@ -226,11 +223,11 @@ func benchRestart(b *testing.B, c *clientv3.Client, prefix string, n int, impl s
 		}
 		m.start(b)
 		start := time.Now()
-		r := startRestarted(b, c, prefix, path)
-		synced += r.awaitCache(b, prefix, value, start)
+		r := startRestarted(b, c, prefix, path, value, start)
+		synced += r.awaitCurrent(b)
 		m.stop(b, n)
 		b.StopTimer()
-		r.awaitReplay(b, value)
+		r.awaitReplay(b)
 		st := r.lw.Stats()
 		lists += st.Lists
 		listReqs += st.ListRequests

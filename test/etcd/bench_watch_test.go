@@ -2,7 +2,6 @@ package etcd
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"strconv"
 	"sync"
@@ -273,7 +272,7 @@ func writePuts(ctx context.Context, c *clientv3.Client, prefix string, r *applyR
 				}
 				ops = ops[:0]
 				for i := first; i < min(first+watchTxnOps, len(r.sent)); i++ {
-					ops = append(ops, clientv3.OpPut(fmt.Sprintf("%s%08d", prefix, i), strconv.Itoa(r.base+i)))
+					ops = append(ops, clientv3.OpPut(nthKey(prefix, i), strconv.Itoa(r.base+i)))
 				}
 				sent := time.Since(r.start)
 				for i := first; i < first+len(ops); i++ {

@@ -103,8 +103,6 @@ type downtime struct {
 
 const cpKeys = 20
 
-func cpKey(prefix string, i int) string { return fmt.Sprintf("%s%08d", prefix, i) }
-
 // changeWhileDown changes the prefix, which held before when the mirror
 // stopped: it updates keys 1 and 2 (2 twice), deletes 3 and 4, deletes and
 // creates again 5 and 6 (a new CreateRevision), creates two keys and
@@ -132,7 +130,7 @@ func changeWhileDown(t *testing.T, c *clientv3.Client, prefix string, before map
 	relisted := func(key string, calls ...call[[]byte]) { d.relisted[key] = append(d.relisted[key], calls...) }
 
 	for _, i := range []int{1, 2} {
-		k := cpKey(prefix, i)
+		k := nthKey(prefix, i)
 		old := before[k]
 		if i == 2 {
 			mid := put(k, "changed once")
@@ -144,13 +142,13 @@ func changeWhileDown(t *testing.T, c *clientv3.Client, prefix string, before map
 		relisted(k, call[[]byte]{kind: callUpdate, old: before[k], obj: now})
 	}
 	for _, i := range []int{3, 4} {
-		k := cpKey(prefix, i)
+		k := nthKey(prefix, i)
 		del(k)
 		watched(k, call[[]byte]{kind: callDelete, obj: before[k]})
 		relisted(k, call[[]byte]{kind: callDelete, obj: before[k], unknown: true})
 	}
 	for _, i := range []int{5, 6} {
-		k := cpKey(prefix, i)
+		k := nthKey(prefix, i)
 		del(k)
 		again := put(k, "again")
 		require.NotEqual(t, before[k].CreateRevision, again.CreateRevision)

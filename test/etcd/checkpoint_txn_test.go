@@ -45,7 +45,7 @@ func TestCheckpoint_WrittenWhileTransactionsStreamInHoldsWholeTransactions(t *te
 				gen++
 				ops := make([]clientv3.Op, 0, keys)
 				for i := range keys {
-					ops = append(ops, clientv3.OpPut(cpKey(prefix, i), "g"+strconv.Itoa(gen)))
+					ops = append(ops, clientv3.OpPut(nthKey(prefix, i), "g"+strconv.Itoa(gen)))
 				}
 				resp, err := c.Txn(context.Background()).Then(ops...).Commit()
 				assert.NoError(t, err)

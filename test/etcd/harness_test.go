@@ -322,7 +322,11 @@ func (p *proxy) close() {
 	p.wg.Wait()
 }
 
-// putN writes n keys prefix+%08d with value v%d in transactions of up to
+// nthKey is the key numbered i under prefix, as putN names it: prefix
+// and i in eight digits, so that keys sort in their numbers' order.
+func nthKey(prefix string, i int) string { return fmt.Sprintf("%s%08d", prefix, i) }
+
+// putN writes n keys nthKey(prefix, i) with value v%d in transactions of up to
 // 1000 puts, and returns the revision of the last one.
 func putN(t testing.TB, c *clientv3.Client, prefix string, n int) int64 {
 	t.Helper()
@@ -332,7 +336,7 @@ func putN(t testing.TB, c *clientv3.Client, prefix string, n int) int64 {
 	for i := 0; i < n; i += cap(ops) {
 		ops = ops[:0]
 		for j := i; j < min(n, i+cap(ops)); j++ {
-			ops = append(ops, clientv3.OpPut(fmt.Sprintf("%s%08d", prefix, j), fmt.Sprintf("v%d", j)))
+			ops = append(ops, clientv3.OpPut(nthKey(prefix, j), fmt.Sprintf("v%d", j)))
 		}
 		resp, err := c.Txn(ctx).Then(ops...).Commit()
 		require.NoError(t, err)

@@ -99,7 +99,7 @@ func putLarge(t testing.TB, c *clientv3.Client, prefix string, n, size int) {
 	for i := 0; i < n; i += cap(ops) {
 		ops = ops[:0]
 		for j := i; j < min(n, i+cap(ops)); j++ {
-			ops = append(ops, clientv3.OpPut(fmt.Sprintf("%s%08d", prefix, j), value))
+			ops = append(ops, clientv3.OpPut(nthKey(prefix, j), value))
 		}
 		_, err := c.Txn(context.Background()).Then(ops...).Commit()
 		require.NoError(t, err)

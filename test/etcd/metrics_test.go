@@ -175,7 +175,7 @@ func TestMetrics_EtcdCutsAndCompactionMoveRestartsRelistsAndStaleness(t *testing
 			p.Cut()
 			srv.eventually(t, func(v float64) bool { return v == 1 }, "the source is seen failing", "mirror_source_failing")
 			for i := range 10 {
-				_, err := direct.Delete(ctx, fmt.Sprintf("%s%08d", prefix, i))
+				_, err := direct.Delete(ctx, nthKey(prefix, i))
 				require.NoError(t, err)
 			}
 			d, err := direct.Put(ctx, prefix+"x", "2")

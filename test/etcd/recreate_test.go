@@ -51,7 +51,6 @@ func TestInformer_KeyRecreatedWhileCutOffFromThreeMembersIsOneDeleteThenOneAdd(t
 			others := newClient(t, cl.members[1].endpoint(), cl.members[2].endpoint())
 			ctx := context.Background()
 			const prefix = "/rc/"
-			key := func(i int) string { return fmt.Sprintf("%s%08d", prefix, i) }
 			putN(t, others, prefix, 40)
 
 			log := &errorLog{}
@@ -79,32 +78,32 @@ func TestInformer_KeyRecreatedWhileCutOffFromThreeMembersIsOneDeleteThenOneAdd(t
 			var deleted, recreated, updated []string
 			var dels []clientv3.Op
 			for i := range 8 {
-				dels = append(dels, clientv3.OpDelete(key(i)))
-				deleted = append(deleted, key(i))
+				dels = append(dels, clientv3.OpDelete(nthKey(prefix, i)))
+				deleted = append(deleted, nthKey(prefix, i))
 			}
 			_, err = others.Txn(ctx).Then(dels...).Commit()
 			require.NoError(t, err)
 			for i := 8; i < 20; i++ {
-				del(key(i))
-				put(key(i), "again")
+				del(nthKey(prefix, i))
+				put(nthKey(prefix, i), "again")
 				if i >= 16 {
-					put(key(i), "again, changed")
+					put(nthKey(prefix, i), "again, changed")
 				}
-				recreated = append(recreated, key(i))
+				recreated = append(recreated, nthKey(prefix, i))
 			}
 			for i := 20; i < 30; i++ {
-				put(key(i), "changed")
+				put(nthKey(prefix, i), "changed")
 				if i >= 28 {
-					put(key(i), "changed twice")
+					put(nthKey(prefix, i), "changed twice")
 				}
-				updated = append(updated, key(i))
+				updated = append(updated, nthKey(prefix, i))
 			}
 			// Deleted, created and deleted again: the object the mirror
 			// knew is gone, and it never knew the other.
-			del(key(30))
-			put(key(30), "short-lived")
-			del(key(30))
-			deleted = append(deleted, key(30))
+			del(nthKey(prefix, 30))
+			put(nthKey(prefix, 30), "short-lived")
+			del(nthKey(prefix, 30))
+			deleted = append(deleted, nthKey(prefix, 30))
 			// Never known to the mirror: no notification.
 			put(prefix+"ephemeral", "x")
 			del(prefix + "ephemeral")
