@@ -2,7 +2,6 @@ package etcd
 
 import (
 	"context"
-	"sync"
 	"testing"
 	"time"
 
@@ -11,24 +10,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
-
-// errorsSeen collects the errors an informer reports.
-type errorsSeen struct {
-	mu   sync.Mutex
-	errs []error
-}
-
-func (e *errorsSeen) add(err error) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	e.errs = append(e.errs, err)
-}
-
-func (e *errorsSeen) all() []error {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return append([]error(nil), e.errs...)
-}
 
 // TestInformer_CleanShutdownInEitherOrderReportsNothing closes the client
 // and cancels the informer's context in both orders, as defers do: a
@@ -43,7 +24,7 @@ func TestInformer_CleanShutdownInEitherOrderReportsNothing(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			c := newClient(t, m.endpoint())
 			putN(t, c, "/shut/", 10)
-			seen := &errorsSeen{}
+			seen := &errorLog{}
 			inf := etcdmirror.NewInformer(etcdmirror.New(c, "/shut/", etcdmirror.Options{}),
 				etcdmirror.InformerOptions[[]byte]{ErrorHandler: seen.add})
 			ctx, cancel := context.WithCancel(context.Background())
@@ -70,7 +51,7 @@ func TestInformer_CleanShutdownInEitherOrderReportsNothing(t *testing.T) {
 func TestInformer_ClientClosedWhileTheMirrorRunsIsPermanent(t *testing.T) {
 	m := startEtcd(t)
 	c := newClient(t, m.endpoint())
-	seen := &errorsSeen{}
+	seen := &errorLog{}
 	inf := etcdmirror.NewInformer(etcdmirror.New(c, "/gone/", etcdmirror.Options{}),
 		etcdmirror.InformerOptions[[]byte]{ErrorHandler: seen.add})
 	ctx, cancel := context.WithCancel(context.Background())
