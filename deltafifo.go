@@ -53,8 +53,8 @@ type DeltaFIFOOptions[K comparable, T any] struct {
 	// Sync ones, so that consumers can tell a relist from a resync.
 	EmitDeltaTypeReplaced bool
 
-	// Transformer, if set, rewrites each object as it enters the queue.
-	Transformer TransformFunc[T]
+	// Transform, if set, rewrites each object as it enters the queue.
+	Transform TransformFunc[T]
 }
 
 // DeltaFIFO is a queue that keeps, per key, every change (delta) since
@@ -120,7 +120,7 @@ func NewDeltaFIFO[K comparable, T any](opts DeltaFIFOOptions[K, T]) *DeltaFIFO[K
 		keyFunc:    opts.KeyFunc,
 		known:      opts.KnownObjects,
 		listedType: Sync,
-		transform:  opts.Transformer,
+		transform:  opts.Transform,
 	}
 	if opts.EmitDeltaTypeReplaced {
 		f.listedType = Replaced

@@ -334,7 +334,7 @@ func runModelScenario(t *testing.T, data []byte) {
 		opts.KnownObjects = m.known
 	}
 	if m.transform {
-		opts.Transformer = modelTransform
+		opts.Transform = modelTransform
 	}
 	f := NewDeltaFIFO(opts)
 

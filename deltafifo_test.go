@@ -203,7 +203,7 @@ func TestDeltaFIFO_DeleteKeyOnlyCarriesTheLastStateTheQueueKnows(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			transforms := 0
-			opts := DeltaFIFOOptions[string, obj]{KeyFunc: objKey, Transformer: func(o obj) (obj, error) {
+			opts := DeltaFIFOOptions[string, obj]{KeyFunc: objKey, Transform: func(o obj) (obj, error) {
 				transforms++
 				return o, nil
 			}}
@@ -680,7 +680,7 @@ func TestDeltaFIFO_DeleteWhoseTransformFailsIsQueuedWithTheLastState(t *testing.
 		return o, nil
 	}
 	known := knownMap{"k": {"k", 5}}
-	f := NewDeltaFIFO(DeltaFIFOOptions[string, obj]{KeyFunc: objKey, KnownObjects: known, Transformer: transform})
+	f := NewDeltaFIFO(DeltaFIFOOptions[string, obj]{KeyFunc: objKey, KnownObjects: known, Transform: transform})
 	require.NoError(t, f.Add(obj{"a", 1}))
 
 	require.ErrorIs(t, f.Delete(obj{"a", -1}), errNope)
@@ -704,7 +704,7 @@ func TestDeltaFIFO_TransformRunsOnceAsObjectsEnter(t *testing.T) {
 		return o, nil
 	}
 	known := knownMap{"k": {"k", 5}, "gone": {"gone", 6}, "failing": {"failing", 7}}
-	f := NewDeltaFIFO(DeltaFIFOOptions[string, obj]{KeyFunc: objKey, KnownObjects: known, Transformer: transform})
+	f := NewDeltaFIFO(DeltaFIFOOptions[string, obj]{KeyFunc: objKey, KnownObjects: known, Transform: transform})
 
 	require.NoError(t, f.Add(obj{"a", 1}))
 	require.NoError(t, f.Update(obj{"a", 2}))

@@ -117,7 +117,7 @@ func ExampleReflector() {
 	}
 	cancel()
 	<-done // Run has returned: the version below is final
-	fmt.Println("cached:", cache.ListKeys(), "at version", r.LastSyncResourceVersion())
+	fmt.Println("cached:", cache.ListKeys(), "at version", r.Freshness().ResourceVersion)
 
 	// Output:
 	// api Sync (initial list: true)

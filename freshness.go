@@ -16,18 +16,24 @@ import (
 // its ProgressInterval (5 s by default), and a kube-apiserver sends one
 // about every minute. A health check can therefore read a ConfirmedAt
 // older than a few such intervals as "behind, or cut off".
+//
+// client-go's LastSyncResourceVersion is Freshness().ResourceVersion.
 type Freshness struct {
 	// ResourceVersion is the source's version that the mirror has
-	// caught up with: that of the last list, event or bookmark received.
-	// Changes up to it may still be in the queue, on their way to the
-	// cache and the handlers.
+	// caught up with. For a Reflector, it is that of the last list, event
+	// or bookmark received, which the store has been handed. For an
+	// Informer, it is the version its cache has applied, which is what a
+	// read of the cache sees: changes received after it may still be in
+	// the queue (see InformerStats.QueueDepth), on their way to the cache
+	// and the handlers.
 	ResourceVersion string
 
-	// ConfirmedAt is when the source last confirmed ResourceVersion:
+	// ConfirmedAt is when the source last confirmed the mirror current:
 	// when the last list completed, or the last watch event or bookmark
 	// arrived, give or take 100 ms for an event that ended a burst (the
 	// clock is read once per burst). It is the zero Time before the
-	// first list.
+	// first list. For an Informer, the confirmation is the Reflector's:
+	// the cache reaches the version confirmed once its queue has drained.
 	ConfirmedAt time.Time
 
 	// Err is the last failure to list or watch since ConfirmedAt, or nil
@@ -44,12 +50,16 @@ func (r *Reflector[T]) Freshness() Freshness {
 }
 
 // Freshness returns how current the informer's cache is known to be (see
-// Freshness); the zero value before Run.
+// Freshness): its ResourceVersion is the version the cache has applied.
+// It is the zero value before Run.
 func (inf *Informer[K, T]) Freshness() Freshness {
-	if r := inf.reflector.Load(); r != nil {
-		return r.Freshness()
+	r := inf.reflector.Load()
+	if r == nil {
+		return Freshness{}
 	}
-	return Freshness{}
+	f := r.Freshness()
+	f.ResourceVersion = inf.appliedVersion()
+	return f
 }
 
 // freshnessGrain is how often, at most, a stream of watch events reads

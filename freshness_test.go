@@ -11,7 +11,7 @@ import (
 
 func TestReflector_FreshnessSaysWhenTheSourceLastConfirmedTheMirror(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := newRig(ReflectorOptions{Jitter: noJitter})
+		g := newRig(ReflectorOptions{ListWatch: ListWatchOptions{Jitter: noJitter}})
 		assert.Zero(t, g.r.Freshness(), "nothing confirmed before Run")
 		start := time.Now()
 		g.lw.page("10", "")

@@ -39,8 +39,8 @@ var (
 // InformerOptions configures an Informer. KeyFunc is required; every
 // other field has a useful zero value.
 type InformerOptions[K comparable, T any] struct {
-	// Name identifies the informer in logs, errors and metrics; it is
-	// also the Reflector's name unless Reflector.Name is set.
+	// Name identifies the informer, and its Reflector, in logs, errors
+	// and metrics.
 	Name string
 
 	// KeyFunc computes each object's key.
@@ -90,9 +90,8 @@ type InformerOptions[K comparable, T any] struct {
 
 	// SyncFailureLimit is how many failures wrapping ErrPermanent the
 	// source may report before the informer's first sync, before the
-	// informer stops waiting for it: SyncErr then returns the last of
-	// them, the channel of SyncFailed closes, and WaitForCacheSync returns
-	// that error instead of waiting on. The Reflector keeps trying, with
+	// informer stops waiting for it: WaitForSync (and WaitForCacheSync)
+	// then returns the last of them instead of waiting on. The Reflector keeps trying, with
 	// backoff, so the informer still syncs if the cause is fixed. Zero
 	// means 3; failures of other kinds never end the wait.
 	SyncFailureLimit int
@@ -105,15 +104,9 @@ type InformerOptions[K comparable, T any] struct {
 	// nil measures nothing. Stats works either way.
 	Metrics Metrics
 
-	// Reflector tunes listing and watching (page size, backoff, watch
-	// timeout, streaming lists). The informer adds to the fields it also
-	// sets, never overriding them: Logger, if set, receives the
-	// Reflector's logs instead of the informer's Logger; ErrorHandler,
-	// if set, sees the Reflector's errors after the informer's own
-	// ErrorHandler; ResyncPeriod, if set, makes the informer check for
-	// due handlers at least that often; ShouldResync, if set, can veto a
-	// resync.
-	Reflector ReflectorOptions
+	// ListWatch tunes how the source is listed and watched: page size,
+	// streaming lists, watch timeout, backoff.
+	ListWatch ListWatchOptions
 
 	// ErrorHandler sees every failure: failed lists and watches, objects
 	// skipped (*ObjectError, *KeyError, *IndexError) and handler panics
@@ -216,7 +209,7 @@ func NewInformer[K comparable, T any](lw ListWatcher[T], opts InformerOptions[K,
 			// changed reach every handler, not only those due for a
 			// resync.
 			EmitDeltaTypeReplaced: true,
-			Transformer:           opts.Transform,
+			Transform:             opts.Transform,
 		})
 	default:
 		inf.inOrder = newInOrderQueue(opts.KeyFunc, opts.Transform)
@@ -245,28 +238,15 @@ func (inf *Informer[K, T]) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	ropts, user := inf.opts.Reflector, inf.opts.Reflector
 	period := inf.minResyncPeriod()
-	if user.ResyncPeriod > 0 && (period == 0 || user.ResyncPeriod < period) {
-		period = user.ResyncPeriod
-	}
 	inf.resyncPeriod.Store(int64(period))
-	ropts.ResyncPeriod = period
-	ropts.ShouldResync = func() bool {
-		return (user.ShouldResync == nil || user.ShouldResync()) && inf.proc.shouldResync(time.Now())
-	}
-	ropts.ErrorHandler = inf.report
-	if user.ErrorHandler != nil {
-		ropts.ErrorHandler = func(err error) {
-			inf.report(err)
-			user.ErrorHandler(err)
-		}
-	}
-	if user.Logger == nil {
-		ropts.Logger = inf.logger
-	}
-	if ropts.Name == "" {
-		ropts.Name = inf.opts.Name
+	ropts := ReflectorOptions{
+		Name:         inf.opts.Name,
+		ResyncPeriod: period,
+		ShouldResync: func() bool { return inf.proc.shouldResync(time.Now()) },
+		ErrorHandler: inf.report,
+		Logger:       inf.logger,
+		ListWatch:    inf.opts.ListWatch,
 	}
 	var store ReflectorStore[T] = inf.inOrder
 	if inf.fifo != nil {
@@ -284,7 +264,7 @@ func (inf *Informer[K, T]) Run(ctx context.Context) error {
 
 	var im InformerMetrics
 	if inf.opts.Metrics != nil {
-		im = inf.opts.Metrics.Informer(inf.opts.Name, inf.Stats)
+		im = inf.opts.Metrics.Informer(inf.opts.Name, inf)
 		r.onListed = im.Listed
 		inf.measured = im
 		inf.queueArrivals().start()
@@ -334,21 +314,4 @@ func (inf *Informer[K, T]) minResyncPeriod() time.Duration {
 		min = max(inf.opts.ResyncPeriod, minResyncPeriod)
 	}
 	return min
-}
-
-// LastSyncResourceVersion returns the resource version of the last list
-// or watch event the Reflector saw; empty before Run.
-func (inf *Informer[K, T]) LastSyncResourceVersion() string {
-	if r := inf.reflector.Load(); r != nil {
-		return r.LastSyncResourceVersion()
-	}
-	return ""
-}
-
-// ReflectorStats returns the Reflector's counters; zero before Run.
-func (inf *Informer[K, T]) ReflectorStats() ReflectorStats {
-	if r := inf.reflector.Load(); r != nil {
-		return r.Stats()
-	}
-	return ReflectorStats{}
 }

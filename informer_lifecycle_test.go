@@ -3,11 +3,9 @@ package mirror_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -164,14 +162,13 @@ func TestInformer_SourceThatRefusesForGoodEndsTheWaitForSync(t *testing.T) {
 		require.NoError(t, err)
 		f.start()
 
-		for _, s := range []mirror.Syncer{f.inf, reg} {
+		for _, s := range []mirror.SyncWaiter{f.inf, reg} {
 			err := mirror.WaitForCacheSync(t.Context(), s)
 			require.ErrorIs(t, err, mirror.ErrPermanent)
 			require.ErrorIs(t, err, errForbidden)
 		}
 		assert.EqualValues(t, 3, src.lists.Load(), "gives up after the default three refusals")
-		require.ErrorIs(t, f.inf.SyncErr(), errForbidden)
-		require.ErrorIs(t, reg.SyncErr(), errForbidden)
+		require.ErrorIs(t, mirror.WaitForCacheSync(t.Context(), f.inf, reg), errForbidden, "together, the first refusal")
 		assert.False(t, f.inf.HasSynced())
 
 		// The Reflector keeps trying: once allowed, the informer syncs.
@@ -197,46 +194,7 @@ func TestInformer_TransientFailuresNeverEndTheWaitForSync(t *testing.T) {
 		defer cancel()
 		require.ErrorIs(t, mirror.WaitForCacheSync(ctx, f.inf), context.DeadlineExceeded)
 		assert.Greater(t, src.lists.Load(), int64(10), "kept trying all along")
-		assert.NoError(t, f.inf.SyncErr())
 		f.stop()
-	})
-}
-
-func TestInformer_ReflectorOptionsAddToTheInformersNeverReplaceThem(t *testing.T) {
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-		reflectorErrs := &errorLog{}
-		var vetoes atomic.Int64
-		logs := &lockedBuffer{}
-		f := newFixture(t, kind, func(o *mirror.InformerOptions[string, item]) {
-			o.ResourceVersion = func(it item) string { return strconv.Itoa(it.Val) }
-			o.Reflector.ErrorHandler = reflectorErrs.add
-			o.Reflector.Logger = slog.New(slog.NewTextHandler(logs, nil))
-			o.Reflector.ResyncPeriod = 10 * time.Second
-			o.Reflector.ShouldResync = func() bool {
-				vetoes.Add(1)
-				return false
-			}
-		})
-		f.src.Put(item{Name: "a", Val: 1})
-		rec := &recorder{}
-		_, err := f.inf.AddEventHandler(rec, mirror.HandlerOptions{ResyncPeriod: 5 * time.Second})
-		require.NoError(t, err)
-		f.start()
-		f.synced()
-		rec.take()
-
-		f.src.FailNext(1, errors.New("boom"))
-		f.src.CutWatches()
-		time.Sleep(30 * time.Second)
-		synctest.Wait()
-		// Both error handlers saw the failures.
-		require.NotEmpty(t, reflectorErrs.all())
-		assert.Equal(t, f.errs.all(), reflectorErrs.all())
-		// The handler's 5s period sets the pace; the veto holds.
-		assert.GreaterOrEqual(t, vetoes.Load(), int64(5))
-		assert.Empty(t, rec.take(), "every resync vetoed")
-		f.stop()
-		assert.Contains(t, logs.String(), "reflector started", "the Reflector's own logger")
 	})
 }
 

@@ -298,7 +298,7 @@ func TestInformer_RelistDeliversTombstonesForMissedDeletes(t *testing.T) {
 
 		assert.Equal(t, []string{"delete b=1 unknown=true", "update c 1->2"}, sorted(rec.take()))
 		assert.Equal(t, f.sourceState(), f.cacheState())
-		assert.GreaterOrEqual(t, f.inf.ReflectorStats().Relists, int64(1))
+		assert.GreaterOrEqual(t, f.inf.Stats().Reflector.Relists, int64(1))
 		f.stop()
 	})
 }
@@ -345,7 +345,7 @@ func TestInformer_LateHandlerReplaysCacheAsInitialAdds(t *testing.T) {
 		gate <- struct{}{}
 		synctest.Wait()
 		assert.True(t, reg.HasSynced())
-		<-reg.Synced()
+		require.NoError(t, reg.WaitForSync(t.Context()))
 		assert.Equal(t, []string{"add a=1 initial=true", "add b=1 initial=true"}, sorted(late.take()))
 
 		close(gate)
@@ -693,7 +693,7 @@ func TestInformer_FailingTransformLeavesTheChangeOutButNeverADeletion(t *testing
 func TestInformer_ListReadInPagesIsAppliedWhole(t *testing.T) {
 	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
 		f := newFixture(t, kind, func(o *mirror.InformerOptions[string, item]) {
-			o.Reflector.PageSize = 2
+			o.ListWatch.PageSize = 2
 			o.KeyFunc = func(it item) (string, error) {
 				if it.Group == "bad" {
 					return "", errors.New("bad group")
@@ -792,7 +792,7 @@ func TestInformer_RelistDuringApplyLosesAndResurrectsNothing(t *testing.T) {
 		f.src.Compact(f.src.Revision())
 		time.Sleep(time.Minute) // fake time: past any backoff
 		synctest.Wait()
-		require.GreaterOrEqual(t, f.inf.ReflectorStats().Relists, int64(1), "no relist happened")
+		require.GreaterOrEqual(t, f.inf.Stats().Reflector.Relists, int64(1), "no relist happened")
 
 		close(gate)
 		synctest.Wait()

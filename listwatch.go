@@ -25,7 +25,7 @@ type ListWatcher[T any] interface {
 
 // StreamingListPreferrer is implemented by a ListWatcher that wants the
 // Reflector to get its state by streaming lists (see
-// WatchOptions.SendInitialEvents) even when ReflectorOptions.StreamingList
+// WatchOptions.SendInitialEvents) even when ListWatchOptions.StreamingList
 // is false, as the Kubernetes adapter does. NewReflector
 // asks once; a source that then refuses a streaming list with an error
 // wrapping errors.ErrUnsupported gets List, as with StreamingList. A
@@ -257,8 +257,8 @@ var (
 	// what is mirrored does not exist (HTTP 404 for a resource type). The
 	// Reflector still retries, with backoff, in case someone fixes the
 	// cause; an Informer that has not synced yet gives up waiting after a
-	// few such failures in a row and says why (see Informer.SyncErr and
-	// WaitForCacheSync).
+	// few such failures in a row and says why (see Informer.WaitForSync
+	// and WaitForCacheSync).
 	ErrPermanent = errors.New("mirror: source refused permanently")
 )
 

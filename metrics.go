@@ -8,17 +8,27 @@ import "time"
 // measures nothing and costs nothing.
 //
 // An informer calls Informer once, when its Run starts. Counters and
-// gauges are read when the metrics system asks, through the stats
-// function given to Informer, so they cost the informer nothing more than
+// gauges are read when the metrics system asks, through the StatsSource
+// given to Informer, so they cost the informer nothing more than
 // the atomic counters it keeps anyway; distributions (latencies, list
 // sizes) are pushed to the InformerMetrics that Informer returns, latencies
 // sampled so that no event pays for a clock read of its own.
 type Metrics interface {
 	// Informer is called when the Run of the informer named name starts.
-	// stats returns the informer's counters and gauges as of the call;
-	// it is safe to call from any goroutine, until the InformerMetrics
-	// returned is stopped, and cheap enough for every scrape.
-	Informer(name string, stats func() InformerStats) InformerMetrics
+	// src reads the informer's counters, gauges and freshness as of the
+	// call; it is safe to use from any goroutine, until the
+	// InformerMetrics returned is stopped, and cheap enough for every
+	// scrape.
+	Informer(name string, src StatsSource) InformerMetrics
+}
+
+// StatsSource is what a Metrics implementation reads of a running
+// informer; *Informer implements it.
+type StatsSource interface {
+	// Stats returns the informer's counters and gauges.
+	Stats() InformerStats
+	// Freshness returns how current the informer's cache is known to be.
+	Freshness() Freshness
 }
 
 // InformerMetrics receives one running informer's distributions. Its
@@ -76,11 +86,6 @@ type InformerStats struct {
 	// Reflector holds the Reflector's counters: lists, relists and watch
 	// restarts by cause, errors by kind.
 	Reflector ReflectorStats
-	// Freshness says how current the cache is known to be.
-	Freshness Freshness
-	// AppliedResourceVersion is the version of the last change applied
-	// to the cache: the cache holds the source's state as of it.
-	AppliedResourceVersion string
 	// Objects is the number of objects in the cache.
 	Objects int
 	// QueueDepth is the number of entries waiting in the queue between
@@ -113,35 +118,41 @@ type HandlerStats struct {
 // Stats returns the informer's counters and gauges. It is safe for
 // concurrent use, cheap enough for every scrape of a metrics system, and
 // works whether or not the informer was given Metrics; before Run, the
-// Reflector's counters and Freshness are zero.
+// Reflector's counters are zero. How current the cache is, is told by
+// Freshness.
 func (inf *Informer[K, T]) Stats() InformerStats {
 	s := InformerStats{
-		Reflector: inf.ReflectorStats(),
-		Freshness: inf.Freshness(),
-		Objects:   inf.cache.Len(),
-		Handlers:  inf.proc.handlerStats(),
+		Objects:  inf.cache.Len(),
+		Handlers: inf.proc.handlerStats(),
 
 		ApplyErrors:      inf.applyErrors.Load(),
 		CheckpointErrors: inf.checkpointErrors.Load(),
 	}
-	var drained string
+	if r := inf.reflector.Load(); r != nil {
+		s.Reflector = r.Stats()
+	}
 	if inf.fifo != nil {
-		inf.fifo.mu.Lock()
-		if v, ok := inf.fifo.drainedVersionLocked(); ok {
-			// No pop is in progress while the lock is held: a drained
-			// queue means everything it was given is applied.
-			drained = v
-		}
-		inf.fifo.mu.Unlock()
 		s.QueueDepth, s.QueueAdds = inf.fifo.stats()
 	} else {
 		s.QueueDepth, s.QueueAdds = inf.inOrder.stats()
 	}
-	inf.applyMu.Lock()
-	s.AppliedResourceVersion = inf.appliedRV
-	inf.applyMu.Unlock()
-	if drained != "" {
-		s.AppliedResourceVersion = drained
-	}
 	return s
+}
+
+// appliedVersion returns the source's version the cache is at: that of
+// the last change, list or bookmark applied.
+func (inf *Informer[K, T]) appliedVersion() string {
+	if inf.fifo != nil {
+		inf.fifo.mu.Lock()
+		v, drained := inf.fifo.drainedVersionLocked()
+		inf.fifo.mu.Unlock()
+		if drained && v != "" {
+			// No pop is in progress while the lock is held: a drained
+			// queue means everything it was given is applied.
+			return v
+		}
+	}
+	inf.applyMu.Lock()
+	defer inf.applyMu.Unlock()
+	return inf.appliedRV
 }

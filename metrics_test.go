@@ -19,17 +19,17 @@ import (
 type recordedMetrics struct {
 	mu        sync.Mutex
 	name      string
-	stats     func() mirror.InformerStats
+	src       mirror.StatsSource
 	lists     []string // cause:objects
 	applied   []time.Duration
 	delivered map[string][]time.Duration
 	stopped   bool
 }
 
-func (m *recordedMetrics) Informer(name string, stats func() mirror.InformerStats) mirror.InformerMetrics {
+func (m *recordedMetrics) Informer(name string, src mirror.StatsSource) mirror.InformerMetrics {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.name, m.stats = name, stats
+	m.name, m.src = name, src
 	m.delivered = map[string][]time.Duration{}
 	return m
 }
@@ -128,8 +128,7 @@ func TestInformer_StatsSayWhatTheInformerHolds(t *testing.T) {
 		st := f.inf.Stats()
 		assert.Equal(t, 2, st.Objects)
 		assert.Zero(t, st.QueueDepth, "applied to the cache; the handler is what waits")
-		assert.Equal(t, strconv.FormatInt(f.src.Revision(), 10), st.AppliedResourceVersion)
-		assert.Equal(t, strconv.FormatInt(f.src.Revision(), 10), st.Freshness.ResourceVersion)
+		assert.Equal(t, strconv.FormatInt(f.src.Revision(), 10), f.inf.Freshness().ResourceVersion, "the version the cache applied")
 		require.Len(t, st.Handlers, 1)
 		assert.Equal(t, "h", st.Handlers[0].Name)
 		assert.Equal(t, 2, st.Handlers[0].Backlog, "the second update and the delete")
@@ -151,7 +150,7 @@ func TestInformer_StatsBeforeRun(t *testing.T) {
 	st := f.inf.Stats()
 	assert.Zero(t, st.Objects)
 	assert.Zero(t, st.Reflector)
-	assert.Empty(t, st.AppliedResourceVersion)
+	assert.Zero(t, f.inf.Freshness())
 }
 
 func TestInformer_StatsCountTheChangesTheCacheRefused(t *testing.T) {

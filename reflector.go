@@ -10,7 +10,7 @@ import (
 	"time"
 )
 
-// Defaults of ReflectorOptions.
+// Defaults of ListWatchOptions.
 const (
 	defaultPageSize       = 5000
 	defaultWatchTimeout   = 5 * time.Minute
@@ -20,12 +20,48 @@ const (
 	defaultJitter         = 1.0
 )
 
-// ReflectorOptions configures a Reflector. The zero value gives the
+// ReflectorOptions configures a Reflector used on its own; an Informer
+// makes its Reflector from InformerOptions. The zero value gives the
 // defaults described on each field.
 type ReflectorOptions struct {
 	// Name identifies the Reflector in logs and in the errors it reports.
 	Name string
 
+	// ResyncPeriod is how often the Reflector calls the store's Resync
+	// while it watches; 0 or less means never.
+	ResyncPeriod time.Duration
+
+	// ShouldResync, if set, is asked before every periodic resync, which
+	// happens only if it returns true. It is called from a goroutine of
+	// its own; nil means always resync.
+	ShouldResync func() bool
+
+	// ErrorHandler is called with every failure: List and Watch errors,
+	// watches that end with an error or too soon, objects the source
+	// skipped (ListResult.Skipped, EventError events; usually
+	// *ObjectError, each state of each object reported once however many
+	// relists meet it again) and errors from the store (such as
+	// *KeyError). Each error says what the Reflector was doing and wraps
+	// the cause, so errors.Is and errors.As classify it. Calls are never
+	// concurrent, but they may come from different goroutines, so the
+	// handler must return quickly. nil means logging each error at level
+	// Warn through Logger, but an error identical to one logged in the
+	// last minute only as a count the next time it is logged.
+	ErrorHandler func(err error)
+
+	// Logger receives the Reflector's logs; nil means slog.Default(). To
+	// silence them, pass slog.New(slog.DiscardHandler).
+	Logger *slog.Logger
+
+	// ListWatch tunes how the source is listed and watched.
+	ListWatch ListWatchOptions
+}
+
+// ListWatchOptions tunes how a Reflector lists and watches its source:
+// page size, streaming lists, watch timeout and the backoff between
+// retries. It is a field of both ReflectorOptions and InformerOptions;
+// the zero value gives the defaults described on each field.
+type ListWatchOptions struct {
 	// PageSize is the most objects one List call asks for, and a hint
 	// for the size of a chunk from a ChunkLister; 0 or less means 5000.
 	// Larger pages mean fewer requests and, from a source that counts the
@@ -37,14 +73,13 @@ type ReflectorOptions struct {
 	// may call for smaller pages.
 	PageSize int64
 
-	// ResyncPeriod is how often the Reflector calls the store's Resync
-	// while it watches; 0 or less means never.
-	ResyncPeriod time.Duration
-
-	// ShouldResync, if set, is asked before every periodic resync, which
-	// happens only if it returns true. It is called from a goroutine of
-	// its own; nil means always resync.
-	ShouldResync func() bool
+	// StreamingList makes the Reflector get the initial state from a
+	// streaming list (a Watch with SendInitialEvents) and keep watching on
+	// the same stream. If the source answers with an error wrapping
+	// errors.ErrUnsupported, the Reflector uses List from then on. False
+	// leaves the choice to the source: one that implements
+	// StreamingListPreferrer and prefers them gets streaming lists too.
+	StreamingList bool
 
 	// WatchTimeout is the least time a watch is asked to last: each Watch
 	// call asks for a random timeout in [WatchTimeout, 2*WatchTimeout),
@@ -72,32 +107,29 @@ type ReflectorOptions struct {
 	// so that clients that failed together do not retry together. 0 means
 	// 1.0 (a pause lies in [d, 2d)); a negative value turns jitter off.
 	Jitter float64
+}
 
-	// StreamingList makes the Reflector get the initial state from a
-	// streaming list (a Watch with SendInitialEvents) and keep watching on
-	// the same stream. If the source answers with an error wrapping
-	// errors.ErrUnsupported, the Reflector uses List from then on. False
-	// leaves the choice to the source: one that implements
-	// StreamingListPreferrer and prefers them gets streaming lists too.
-	StreamingList bool
-
-	// ErrorHandler is called with every failure: List and Watch errors,
-	// watches that end with an error or too soon, objects the source
-	// skipped (ListResult.Skipped, EventError events; usually
-	// *ObjectError, each state of each object reported once however many
-	// relists meet it again) and errors from the store (such as
-	// *KeyError). Each
-	// error says what the Reflector was doing and wraps the cause, so
-	// errors.Is and errors.As classify it. Calls are never concurrent, but
-	// they may come from different goroutines, so the handler must
-	// return quickly. nil means logging each error at level Warn through
-	// Logger, but an error identical to one logged in the last minute
-	// only as a count the next time it is logged.
-	ErrorHandler func(err error)
-
-	// Logger receives the Reflector's logs; nil means slog.Default(). To
-	// silence them, pass slog.New(slog.DiscardHandler).
-	Logger *slog.Logger
+// withDefaults returns o with every zero field set to its default.
+func (o ListWatchOptions) withDefaults() ListWatchOptions {
+	if o.PageSize <= 0 {
+		o.PageSize = defaultPageSize
+	}
+	if o.WatchTimeout <= 0 {
+		o.WatchTimeout = defaultWatchTimeout
+	}
+	if o.InitialBackoff <= 0 {
+		o.InitialBackoff = defaultInitialBackoff
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = defaultMaxBackoff
+	}
+	if o.BackoffReset <= 0 {
+		o.BackoffReset = defaultBackoffReset
+	}
+	if o.Jitter == 0 {
+		o.Jitter = defaultJitter
+	}
+	return o
 }
 
 // ReflectorStats counts what a Reflector did since its Run started.
@@ -162,7 +194,7 @@ type reflectorCounters struct {
 // the last version seen afterwards, so that the store never goes back in
 // time, and for "" (the newest, read consistently) once the source said
 // that a version is gone. Pauses grow exponentially with jitter and count
-// from the start of the attempt that failed (see ReflectorOptions). Every
+// from the start of the attempt that failed (see ListWatchOptions). Every
 // failure is reported to the ErrorHandler; an object that the source or
 // the store could not take is reported and skipped, and the Reflector goes
 // on. Freshness says when the source last confirmed the store current.
@@ -255,26 +287,9 @@ const maxSkipped = 10000
 // NewReflector returns a Reflector that mirrors lw into store. It does
 // nothing until Run.
 func NewReflector[T any](lw ListWatcher[T], store ReflectorStore[T], opts ReflectorOptions) *Reflector[T] {
-	if opts.PageSize <= 0 {
-		opts.PageSize = defaultPageSize
-	}
-	if opts.WatchTimeout <= 0 {
-		opts.WatchTimeout = defaultWatchTimeout
-	}
-	if opts.InitialBackoff <= 0 {
-		opts.InitialBackoff = defaultInitialBackoff
-	}
-	if opts.MaxBackoff <= 0 {
-		opts.MaxBackoff = defaultMaxBackoff
-	}
-	if opts.BackoffReset <= 0 {
-		opts.BackoffReset = defaultBackoffReset
-	}
-	if opts.Jitter == 0 {
-		opts.Jitter = defaultJitter
-	}
-	if p, ok := lw.(StreamingListPreferrer); ok && !opts.StreamingList {
-		opts.StreamingList = p.PrefersStreamingList()
+	opts.ListWatch = opts.ListWatch.withDefaults()
+	if p, ok := lw.(StreamingListPreferrer); ok && !opts.ListWatch.StreamingList {
+		opts.ListWatch.StreamingList = p.PrefersStreamingList()
 	}
 	logger := opts.Logger
 	if logger == nil {
@@ -293,10 +308,10 @@ func NewReflector[T any](lw ListWatcher[T], store ReflectorStore[T], opts Reflec
 		prefix:  prefix,
 		onError: opts.ErrorHandler,
 		backoff: backoff{
-			initial: opts.InitialBackoff,
-			max:     opts.MaxBackoff,
-			reset:   opts.BackoffReset,
-			jitter:  opts.Jitter,
+			initial: opts.ListWatch.InitialBackoff,
+			max:     opts.ListWatch.MaxBackoff,
+			reset:   opts.ListWatch.BackoffReset,
+			jitter:  opts.ListWatch.Jitter,
 		},
 	}
 	if r.onError == nil {
@@ -310,10 +325,9 @@ func NewReflector[T any](lw ListWatcher[T], store ReflectorStore[T], opts Reflec
 	return r
 }
 
-// LastSyncResourceVersion returns the version of the last list or watch
-// event the Reflector handed to the store; "" before the first list. It is
-// safe for concurrent use.
-func (r *Reflector[T]) LastSyncResourceVersion() string {
+// lastVersion returns the version of the last list or watch event the
+// Reflector handed to the store; "" before the first list.
+func (r *Reflector[T]) lastVersion() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.lastRV

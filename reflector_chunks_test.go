@@ -80,21 +80,21 @@ func newChunkRig(opts ReflectorOptions) (*reflectorRig, *fakeChunkLW) {
 
 func TestReflector_ListsInChunksWhereTheSourceCanAndHandsAPlainStoreTheWholeList(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g, lw := newChunkRig(ReflectorOptions{PageSize: 3})
+		g, lw := newChunkRig(ReflectorOptions{ListWatch: ListWatchOptions{PageSize: 3}})
 		lw.chunked("7", nil, []tobj{{"a", "1"}, {"b", "1"}}, []tobj{}, []tobj{{"c", "1"}})
 		g.start(t)
 		synctest.Wait()
 		assert.Equal(t, []ListOptions{{ResourceVersion: "0", Limit: 3}}, lw.chunkCalls())
 		assert.Empty(t, g.lw.Lists(), "List is not called")
 		assert.Equal(t, []string{"replace@7 [a=1 b=1 c=1]"}, g.store.Log())
-		assert.Equal(t, "7", g.r.LastSyncResourceVersion())
+		assert.Equal(t, "7", g.r.Freshness().ResourceVersion)
 		g.stopRun()
 	})
 }
 
 func TestReflector_SourceThatCannotListInChunksIsListedWithListFromThenOn(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g, lw := newChunkRig(ReflectorOptions{PageSize: 3})
+		g, lw := newChunkRig(ReflectorOptions{ListWatch: ListWatchOptions{PageSize: 3}})
 		lw.chunked("", errSrcUnsupported)
 		g.lw.page("7", "", tobj{"a", "1"})
 		g.lw.watch(end(errSrcExpired))
@@ -113,7 +113,7 @@ func TestReflector_SourceThatCannotListInChunksIsListedWithListFromThenOn(t *tes
 
 func TestReflector_CompactionInTheMiddleOfTheNewestStateReadsItInOneRequest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g, lw := newChunkRig(ReflectorOptions{PageSize: 3})
+		g, lw := newChunkRig(ReflectorOptions{ListWatch: ListWatchOptions{PageSize: 3}})
 		// At "0", then at "" (consistent): each time compacted after a
 		// chunk.
 		lw.chunked("5", errSrcExpired, []tobj{{"a", "1"}})
@@ -172,7 +172,7 @@ func newChunkStoreRig(opts ReflectorOptions) (*reflectorRig, *fakeChunkLW) {
 
 func TestReflector_HandsAListApplierEachChunkAsItComes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g, lw := newChunkStoreRig(ReflectorOptions{PageSize: 3, InitialBackoff: time.Second, Jitter: noJitter})
+		g, lw := newChunkStoreRig(ReflectorOptions{ListWatch: ListWatchOptions{PageSize: 3, InitialBackoff: time.Second, Jitter: noJitter}})
 		lw.chunked("5", errSrcUnavailable, []tobj{{"a", "1"}})
 		lw.chunked("6", nil, []tobj{{"a", "2"}, {"b", "1"}}, []tobj{{"c", "1"}})
 		g.runFor(t, time.Minute)
@@ -185,7 +185,7 @@ func TestReflector_HandsAListApplierEachChunkAsItComes(t *testing.T) {
 
 func TestReflector_StreamingListHandsChunksOnlyWhenItsRetryCannotGoBack(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g, _ := newChunkStoreRig(ReflectorOptions{StreamingList: true, PageSize: 2, WatchTimeout: time.Minute})
+		g, _ := newChunkStoreRig(ReflectorOptions{ListWatch: ListWatchOptions{StreamingList: true, PageSize: 2, WatchTimeout: time.Minute}})
 		// The first streaming list is read consistently: in chunks.
 		g.lw.watch(addedEvent("a", "1", "5"), addedEvent("b", "1", "5"), addedEvent("c", "1", "5"),
 			initialEnd("8"), end(errSrcExpired))

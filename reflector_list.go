@@ -17,7 +17,7 @@ var errStreamCut = errors.New("stream ended before its initial events were compl
 // if that is enabled (returning its still open Watcher) or else by List.
 // It reports whether it succeeded.
 func (r *Reflector[T]) sync(ctx context.Context) (Watcher[T], bool) {
-	for r.opts.StreamingList && !r.noStreaming {
+	for r.opts.ListWatch.StreamingList && !r.noStreaming {
 		rv := r.streamVersion()
 		w, err := r.streamList(ctx, rv)
 		switch {
@@ -41,7 +41,7 @@ func (r *Reflector[T]) sync(ctx context.Context) (Watcher[T], bool) {
 // List otherwise, and hands it to the store.
 func (r *Reflector[T]) list(ctx context.Context) error {
 	rv := r.relistVersion()
-	limit := r.opts.PageSize
+	limit := r.opts.ListWatch.PageSize
 	chunked := r.chunks != nil && !r.noChunks
 	for {
 		r.attemptStart = time.Now()
@@ -160,7 +160,7 @@ func (r *Reflector[T]) streamList(ctx context.Context, rv string) (Watcher[T], e
 	}
 	r.stats.watches.Add(1)
 	sink := r.newListSink()
-	if rv != "" || r.LastSyncResourceVersion() != "" {
+	if rv != "" || r.lastVersion() != "" {
 		sink.applier = nil
 	}
 	var items []T
@@ -183,7 +183,7 @@ func (r *Reflector[T]) streamList(ctx context.Context, rv string) (Watcher[T], e
 		case EventAdded:
 			items = append(items, ev.Object)
 			n++
-			if sink.applier != nil && int64(len(items)) >= r.opts.PageSize {
+			if sink.applier != nil && int64(len(items)) >= r.opts.ListWatch.PageSize {
 				sink.add(items)
 				items = nil
 			}

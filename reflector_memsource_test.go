@@ -138,7 +138,7 @@ func settle(t *testing.T, src *memsource.Source[kv], r *mirror.Reflector[kv], st
 	t.Helper()
 	for i := 0; ; i++ {
 		synctest.Wait()
-		if r.LastSyncResourceVersion() == strconv.FormatInt(src.Revision(), 10) &&
+		if r.Freshness().ResourceVersion == strconv.FormatInt(src.Revision(), 10) &&
 			assert.ObjectsAreEqual(src.Snapshot(), store.snapshot()) {
 			return
 		}
@@ -162,18 +162,13 @@ func TestReflector_ConvergesOnMemsourceUnderFaults(t *testing.T) {
 					var errsMu sync.Mutex
 					var errs []error
 					r := mirror.NewReflector[kv](src, store, mirror.ReflectorOptions{
-						PageSize:     16,
 						ResyncPeriod: 30 * time.Second,
-						// Short pauses, so that the Reflector gets back to
-						// work between the rounds of faults.
-						InitialBackoff: 100 * time.Millisecond,
-						MaxBackoff:     2 * time.Second,
-						StreamingList:  streaming,
 						ErrorHandler: func(err error) {
 							errsMu.Lock()
 							errs = append(errs, err)
 							errsMu.Unlock()
 						},
+						ListWatch: mirror.ListWatchOptions{PageSize: 16, InitialBackoff: 100 * time.Millisecond, MaxBackoff: 2 * time.Second, StreamingList: streaming},
 					})
 					srcDeletes := map[string]int{}
 					ops, n := 0, 0
@@ -320,7 +315,7 @@ func TestReflector_MemsourceExpiredContinuationRelistsFromScratch(t *testing.T) 
 			return nil
 		}
 		store := newModelStore()
-		r := mirror.NewReflector[kv](lw, store, mirror.ReflectorOptions{PageSize: 4})
+		r := mirror.NewReflector[kv](lw, store, mirror.ReflectorOptions{ListWatch: mirror.ListWatchOptions{PageSize: 4}})
 		stop := runReflector(t, r)
 		settle(t, src, r, store)
 		stop()
@@ -409,10 +404,10 @@ func TestReflector_MemsourceNewSourceWatchCutBeforeAnyEventLosesNothing(t *testi
 				src := memsource.New(kvKey, memsource.Options{})
 				lw := &recordingLW{lw: src}
 				store := newModelStore()
-				r := mirror.NewReflector[kv](lw, store, mirror.ReflectorOptions{StreamingList: streaming})
+				r := mirror.NewReflector[kv](lw, store, mirror.ReflectorOptions{ListWatch: mirror.ListWatchOptions{StreamingList: streaming}})
 				stop := runReflector(t, r)
 				settle(t, src, r, store)
-				listed := r.LastSyncResourceVersion()
+				listed := r.Freshness().ResourceVersion
 				require.Len(t, lw.Watches(), 1, "the first watch is open")
 
 				// Down: the cut watch and the next attempt fail, so the

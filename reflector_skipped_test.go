@@ -46,7 +46,7 @@ func TestReflector_KeyOnlyErrorEventEvictsTheObject(t *testing.T) {
 				go func() { defer close(done); r.Run(ctx) }()
 				synctest.Wait()
 				assert.Equal(t, tc.wantLog, rec.Log())
-				assert.Equal(t, "13", r.LastSyncResourceVersion())
+				assert.Equal(t, "13", r.Freshness().ResourceVersion)
 				require.Len(t, errs.Errors(), 2, "both errors are reported")
 				for i, key := range []string{"a", "b"} {
 					var oe *ObjectError

@@ -47,7 +47,7 @@ func TestReflector_StreamsListsWhenTheSourcePrefersThemOrTheOptionAsks(t *testin
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				g := newPreferringRig(ReflectorOptions{StreamingList: tt.option}, tt.prefers)
+				g := newPreferringRig(ReflectorOptions{ListWatch: ListWatchOptions{StreamingList: tt.option}}, tt.prefers)
 				if tt.stream {
 					g.lw.watch(addedEvent("a", "1", "5"), initialEnd("6"))
 				} else {
@@ -75,7 +75,7 @@ func TestReflector_StreamsListsWhenTheSourcePrefersThemOrTheOptionAsks(t *testin
 
 func TestReflector_SourceThatPrefersStreamingButRefusesItGetsList(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := newPreferringRig(ReflectorOptions{Jitter: noJitter}, ptr(true))
+		g := newPreferringRig(ReflectorOptions{ListWatch: ListWatchOptions{Jitter: noJitter}}, ptr(true))
 		lw, store, errs := g.lw, g.store, g.errs
 		lw.watchErr(errSrcUnsupported)
 		lw.page("10", "", tobj{"a", "1"})

@@ -49,7 +49,7 @@ func TestReflector_ListsFirstAtAnyVersionPagedThenReplaces(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				g := newRig(ReflectorOptions{PageSize: tt.pageSize})
+				g := newRig(ReflectorOptions{ListWatch: ListWatchOptions{PageSize: tt.pageSize}})
 				g.lw.page("10", "c1", tobj{"a", "1"}, tobj{"b", "1"})
 				// Later pages carry another version: the list's version
 				// is the first page's.
@@ -64,7 +64,7 @@ func TestReflector_ListsFirstAtAnyVersionPagedThenReplaces(t *testing.T) {
 					{Limit: tt.limit, Continue: "c2"},
 				}, listOpts(g.lw.Lists()))
 				assert.Equal(t, []string{"replace@10 [a=1 b=1 c=1 d=1]"}, g.store.Log())
-				assert.Equal(t, "10", g.r.LastSyncResourceVersion())
+				assert.Equal(t, "10", g.r.Freshness().ResourceVersion)
 				assert.Equal(t, []string{"10"}, g.lw.WatchVersions(), "watches from the list's version")
 				assert.Empty(t, g.errs.Errors())
 				g.stopRun()
@@ -146,7 +146,7 @@ func TestReflector_GoneVersionOnListRelistsConsistentlyAtOnce(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				g := newRig(ReflectorOptions{PageSize: 2})
+				g := newRig(ReflectorOptions{ListWatch: ListWatchOptions{PageSize: 2}})
 				tt.script(g.lw)
 				g.runFor(t, time.Minute)
 
@@ -166,7 +166,7 @@ func TestReflector_GoneVersionOnListRelistsConsistentlyAtOnce(t *testing.T) {
 
 func TestReflector_GoneVersionOnConsistentListBacksOff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := newRig(ReflectorOptions{Jitter: noJitter})
+		g := newRig(ReflectorOptions{ListWatch: ListWatchOptions{Jitter: noJitter}})
 		g.lw.listErr(errSrcExpired)
 		g.lw.listErr(errSrcExpired)
 		g.runFor(t, time.Second)
@@ -208,7 +208,7 @@ func TestReflector_WatchesFromListVersionWithBookmarksAndRandomTimeout(t *testin
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				g := newRig(ReflectorOptions{WatchTimeout: tt.timeout})
+				g := newRig(ReflectorOptions{ListWatch: ListWatchOptions{WatchTimeout: tt.timeout}})
 				g.lw.page("10", "")
 				const n = 40
 				for range n {
@@ -268,7 +268,7 @@ func TestReflector_AppliesEventsInOrderAndAdvancesVersion(t *testing.T) {
 				wantLog = append(wantLog, s.wantLog)
 			}
 			assert.Equal(t, wantLog, g.store.Log(), "after %v", s.step.ev.Type)
-			assert.Equal(t, s.wantRV, g.r.LastSyncResourceVersion(), "after %v", s.step.ev.Type)
+			assert.Equal(t, s.wantRV, g.r.Freshness().ResourceVersion, "after %v", s.step.ev.Type)
 		}
 
 		errs := g.errs.Errors()
@@ -313,7 +313,7 @@ func TestReflector_KeyOnlyDeletionGoesToDeleteKeyOnlyWhereTheStoreHasIt(t *testi
 				go func() { defer close(done); r.Run(ctx) }()
 				synctest.Wait()
 				assert.Equal(t, tc.wantLog, rec.Log())
-				assert.Equal(t, "13", r.LastSyncResourceVersion())
+				assert.Equal(t, "13", r.Freshness().ResourceVersion)
 				cancel()
 				<-done
 			})
@@ -350,7 +350,7 @@ func TestReflector_VeryShortWatchIsReportedAndBacksOff(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				g := newRig(ReflectorOptions{Jitter: noJitter})
+				g := newRig(ReflectorOptions{ListWatch: ListWatchOptions{Jitter: noJitter}})
 				g.lw.page("10", "")
 				g.lw.watch(eofAfter(tt.after))
 				g.lw.watch()
@@ -390,7 +390,7 @@ func TestReflector_ExpiredWatchRelistsAtLastVersionThenConsistent(t *testing.T) 
 
 func TestReflector_SourceThatKeepsExpiringIsPacedByBackoff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := newRig(ReflectorOptions{Jitter: noJitter})
+		g := newRig(ReflectorOptions{ListWatch: ListWatchOptions{Jitter: noJitter}})
 		for range 4 {
 			g.lw.page("10", "")
 			g.lw.watchErr(errSrcExpired)
@@ -409,7 +409,7 @@ func TestReflector_SourceThatKeepsExpiringIsPacedByBackoff(t *testing.T) {
 
 func TestReflector_RepeatedExpiryWithoutEventsRelistsConsistently(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := newRig(ReflectorOptions{Jitter: noJitter})
+		g := newRig(ReflectorOptions{ListWatch: ListWatchOptions{Jitter: noJitter}})
 		g.lw.page("10", "")
 		g.lw.watchErr(errSrcExpired)
 		g.lw.page("10", "") // the list at "10" still answers...
@@ -426,7 +426,7 @@ func TestReflector_RepeatedExpiryWithoutEventsRelistsConsistently(t *testing.T) 
 }
 
 func TestReflector_UnavailableWatchPausesAndRewatchesWithoutRelist(t *testing.T) {
-	eachWatchFailure(t, ReflectorOptions{Jitter: noJitter}, errSrcUnavailable, func(t *testing.T, g *reflectorRig, lastRV string) {
+	eachWatchFailure(t, ReflectorOptions{ListWatch: ListWatchOptions{Jitter: noJitter}}, errSrcUnavailable, func(t *testing.T, g *reflectorRig, lastRV string) {
 		g.lw.watch()
 		g.runFor(t, time.Second)
 
@@ -441,7 +441,7 @@ func TestReflector_UnavailableWatchPausesAndRewatchesWithoutRelist(t *testing.T)
 }
 
 func TestReflector_OtherWatchErrorBacksOffAndRelists(t *testing.T) {
-	eachWatchFailure(t, ReflectorOptions{Jitter: noJitter}, errBoom, func(t *testing.T, g *reflectorRig, lastRV string) {
+	eachWatchFailure(t, ReflectorOptions{ListWatch: ListWatchOptions{Jitter: noJitter}}, errBoom, func(t *testing.T, g *reflectorRig, lastRV string) {
 		g.lw.page("12", "")
 		g.runFor(t, time.Second)
 
@@ -456,7 +456,7 @@ func TestReflector_OtherWatchErrorBacksOffAndRelists(t *testing.T) {
 
 func TestReflector_NilWatcherWithoutErrorIsAFailure(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := newRig(ReflectorOptions{Jitter: noJitter})
+		g := newRig(ReflectorOptions{ListWatch: ListWatchOptions{Jitter: noJitter}})
 		g.lw.page("10", "")
 		g.lw.watches <- watchReply{} // neither a Watcher nor an error
 		g.lw.page("10", "")
@@ -483,7 +483,7 @@ func failLists(t *testing.T, g *reflectorRig, n int) []time.Duration {
 
 func TestReflector_BackoffDoublesUpToMax(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := newRig(ReflectorOptions{InitialBackoff: time.Second, MaxBackoff: 10 * time.Second, Jitter: noJitter})
+		g := newRig(ReflectorOptions{ListWatch: ListWatchOptions{InitialBackoff: time.Second, MaxBackoff: 10 * time.Second, Jitter: noJitter}})
 		pauses := failLists(t, g, 7)
 		assert.Equal(t, []time.Duration{
 			time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second,
@@ -495,7 +495,7 @@ func TestReflector_BackoffDoublesUpToMax(t *testing.T) {
 
 func TestReflector_BackoffDefaultsTo800msUpTo30s(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := newRig(ReflectorOptions{Jitter: noJitter})
+		g := newRig(ReflectorOptions{ListWatch: ListWatchOptions{Jitter: noJitter}})
 		pauses := failLists(t, g, 8)
 		assert.Equal(t, []time.Duration{
 			800 * time.Millisecond, 1600 * time.Millisecond, 3200 * time.Millisecond, 6400 * time.Millisecond,
@@ -517,7 +517,7 @@ func TestReflector_BackoffJitterStaysInBounds(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				g := newRig(ReflectorOptions{InitialBackoff: time.Second, MaxBackoff: 4 * time.Second, Jitter: tt.jitter})
+				g := newRig(ReflectorOptions{ListWatch: ListWatchOptions{InitialBackoff: time.Second, MaxBackoff: 4 * time.Second, Jitter: tt.jitter}})
 				pauses := failLists(t, g, 40)
 				jittered := 0
 				base := time.Second / 2
@@ -552,7 +552,7 @@ func TestReflector_BackoffResetsAfterHealthyPeriod(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				g := newRig(ReflectorOptions{Jitter: noJitter})
+				g := newRig(ReflectorOptions{ListWatch: ListWatchOptions{Jitter: noJitter}})
 				for range 3 { // pauses of 0.8s, 1.6s, 3.2s
 					g.lw.listErr(errBoom)
 				}
@@ -575,7 +575,7 @@ func TestReflector_BackoffResetsAfterHealthyPeriod(t *testing.T) {
 
 func TestReflector_PauseCountsFromTheStartOfTheFailedAttempt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := newRig(ReflectorOptions{InitialBackoff: 10 * time.Second, Jitter: noJitter})
+		g := newRig(ReflectorOptions{ListWatch: ListWatchOptions{InitialBackoff: 10 * time.Second, Jitter: noJitter}})
 		g.lw.page("10", "")
 		// A watch that waited 4s before the source said it was
 		// unavailable has waited 4s of its 10s pause already.
@@ -596,7 +596,7 @@ func TestReflector_PauseCountsFromTheStartOfTheFailedAttempt(t *testing.T) {
 
 func TestReflector_WatchThatDeliversResetsBackoff(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := newRig(ReflectorOptions{Jitter: noJitter})
+		g := newRig(ReflectorOptions{ListWatch: ListWatchOptions{Jitter: noJitter}})
 		g.lw.page("10", "")
 		for range 3 { // pauses of 0.8s, 1.6s, 3.2s
 			g.lw.watchErr(errSrcUnavailable)
@@ -699,16 +699,16 @@ func TestReflector_RunReturnsPromptlyWhenContextEnds(t *testing.T) {
 		{name: "mid-backoff", script: func(lw *fakeLW) { lw.listErr(errBoom) }},
 		{name: "mid-unavailable-pause", script: func(lw *fakeLW) { lw.page("10", ""); lw.watchErr(errSrcUnavailable) }},
 		{name: "mid-very-short-watch-pause", script: func(lw *fakeLW) { lw.page("10", ""); lw.watch(end(io.EOF)) }},
-		{name: "mid-streaming-list", opts: ReflectorOptions{StreamingList: true},
+		{name: "mid-streaming-list", opts: ReflectorOptions{ListWatch: ListWatchOptions{StreamingList: true}},
 			script: func(lw *fakeLW) { lw.watch(addedEvent("a", "1", "5")) }},
-		{name: "mid-watch after streaming list", opts: ReflectorOptions{StreamingList: true},
+		{name: "mid-watch after streaming list", opts: ReflectorOptions{ListWatch: ListWatchOptions{StreamingList: true}},
 			script: func(lw *fakeLW) { lw.watch(addedEvent("a", "1", "5"), initialEnd("6")) }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				tt.opts.MaxBackoff = time.Hour
-				tt.opts.InitialBackoff = time.Hour
+				tt.opts.ListWatch.MaxBackoff = time.Hour
+				tt.opts.ListWatch.InitialBackoff = time.Hour
 				g := newRig(tt.opts)
 				tt.script(g.lw)
 				g.start(t)
@@ -760,7 +760,7 @@ func TestReflector_RunStopsTheWatcher(t *testing.T) {
 
 func TestReflector_StreamingListReplacesAtEndBookmarkAndKeepsWatching(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := newRig(ReflectorOptions{StreamingList: true, WatchTimeout: time.Minute})
+		g := newRig(ReflectorOptions{ListWatch: ListWatchOptions{StreamingList: true, WatchTimeout: time.Minute}})
 		objErr := &ObjectError{Key: "bad", Err: errors.New("cannot decode")}
 		w := g.lw.watch(
 			addedEvent("a", "1", "5"),
@@ -785,7 +785,7 @@ func TestReflector_StreamingListReplacesAtEndBookmarkAndKeepsWatching(t *testing
 		assert.False(t, w.Stopped())
 
 		assert.Equal(t, []string{"replace@8 [a=1 b=1]", "update a=2"}, g.store.Log())
-		assert.Equal(t, "9", g.r.LastSyncResourceVersion())
+		assert.Equal(t, "9", g.r.Freshness().ResourceVersion)
 		require.Len(t, g.errs.Errors(), 1)
 		assert.ErrorAs(t, g.errs.Errors()[0], &objErr)
 		st := g.r.Stats()
@@ -805,7 +805,7 @@ func TestReflector_StreamingListFallsBackToListWhenUnsupported(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				g := newRig(ReflectorOptions{StreamingList: true, Jitter: noJitter})
+				g := newRig(ReflectorOptions{ListWatch: ListWatchOptions{StreamingList: true, Jitter: noJitter}})
 				tt.script(g.lw)
 				g.lw.page("10", "")
 				g.lw.watch(addedEvent("a", "1", "11"), end(errBoom))
@@ -832,7 +832,7 @@ func TestReflector_StreamingListFallsBackToListWhenUnsupported(t *testing.T) {
 
 func TestReflector_StreamingListCutBeforeEndIsRetried(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := newRig(ReflectorOptions{StreamingList: true, Jitter: noJitter})
+		g := newRig(ReflectorOptions{ListWatch: ListWatchOptions{StreamingList: true, Jitter: noJitter}})
 		g.lw.watch(addedEvent("a", "1", "5"), end(io.EOF))
 		g.lw.watch(addedEvent("a", "1", "5"), initialEnd("6"))
 		g.runFor(t, time.Second)
@@ -850,7 +850,7 @@ func TestReflector_StreamingListCutBeforeEndIsRetried(t *testing.T) {
 
 func TestReflector_StreamingRelistStartsAtLastVersionThenConsistent(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := newRig(ReflectorOptions{StreamingList: true})
+		g := newRig(ReflectorOptions{ListWatch: ListWatchOptions{StreamingList: true}})
 		g.lw.watch(initialEnd("8"), addedEvent("a", "1", "9"), end(errSrcExpired))
 		g.lw.watchErr(errSrcExpired)
 		g.lw.watch(initialEnd("20"))
@@ -864,14 +864,14 @@ func TestReflector_StreamingRelistStartsAtLastVersionThenConsistent(t *testing.T
 			assert.True(t, c.Opts.SendInitialEvents)
 		}
 		assert.Equal(t, []time.Duration{0, 0}, gaps(watchTimes(calls)), "at once")
-		assert.Equal(t, "20", g.r.LastSyncResourceVersion())
+		assert.Equal(t, "20", g.r.Freshness().ResourceVersion)
 		g.stopRun()
 	})
 }
 
 func TestReflector_StreamingListRejectsChangesBeforeEnd(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := newRig(ReflectorOptions{StreamingList: true})
+		g := newRig(ReflectorOptions{ListWatch: ListWatchOptions{StreamingList: true}})
 		w := g.lw.watch(addedEvent("a", "1", "5"), modified("a", "2", "6"))
 		g.start(t)
 		synctest.Wait()
@@ -897,7 +897,7 @@ func TestReflector_StoreErrorIsReportedAndSkipped(t *testing.T) {
 		var ke *KeyError
 		require.ErrorAs(t, g.errs.Errors()[0], &ke)
 		assert.Equal(t, tobj{"bad", "1"}, ke.Object)
-		assert.Equal(t, "12", g.r.LastSyncResourceVersion())
+		assert.Equal(t, "12", g.r.Freshness().ResourceVersion)
 		assert.Equal(t, []string{"replace@10 []", "add bad=1", "add good=1"}, g.store.Log())
 		assert.Len(t, g.lw.Watches(), 1, "the watch goes on")
 		g.stopRun()
@@ -935,7 +935,7 @@ func TestReflector_ReplaceErrorIsReportedAndWatchGoesOn(t *testing.T) {
 
 		require.Len(t, g.errs.Errors(), 1)
 		assert.ErrorIs(t, g.errs.Errors()[0], errBoom)
-		assert.Equal(t, "10", g.r.LastSyncResourceVersion())
+		assert.Equal(t, "10", g.r.Freshness().ResourceVersion)
 		assert.Equal(t, []string{"10"}, g.lw.WatchVersions())
 		g.stopRun()
 	})
@@ -963,7 +963,7 @@ func TestReflector_StatsCountWhatHappened(t *testing.T) {
 
 func TestReflector_StatsCountRelistsAndRestartsByCauseAndErrorsByKind(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		g := newRig(ReflectorOptions{Jitter: noJitter})
+		g := newRig(ReflectorOptions{ListWatch: ListWatchOptions{Jitter: noJitter}})
 		g.lw.listErr(errBoom) // a list error
 		g.lw.lists <- listReply{res: ListResult[tobj]{ResourceVersion: "10",
 			Skipped: []error{&ObjectError{Key: "bad", ResourceVersion: "9", Err: errBoom}}}} // a skipped object

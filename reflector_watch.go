@@ -32,7 +32,7 @@ func (r *Reflector[T]) watch(ctx context.Context, w Watcher[T]) (relistNow bool)
 	// restart, for the reason the last one ended.
 	var restart *atomic.Int64
 	for {
-		rv := r.LastSyncResourceVersion()
+		rv := r.lastVersion()
 		if w == nil {
 			start = time.Now()
 			r.attemptStart = start
@@ -221,7 +221,7 @@ func (r *Reflector[T]) openWatch(ctx context.Context, rv string, initialEvents b
 		ResourceVersion:   rv,
 		AllowBookmarks:    true,
 		SendInitialEvents: initialEvents,
-		Timeout:           r.opts.WatchTimeout + rand.N(r.opts.WatchTimeout),
+		Timeout:           r.opts.ListWatch.WatchTimeout + rand.N(r.opts.ListWatch.WatchTimeout),
 	})
 	if err == nil && w == nil {
 		// Carrying on would call a nil Watcher.

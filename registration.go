@@ -20,19 +20,17 @@ type Registration struct {
 
 // HasSynced reports whether the informer has synced and this handler has
 // been handed every object of the initial list (or, for a handler added
-// late, of its replay of the cache). It never goes back to false.
+// late, of its replay of the cache). It never goes back to false. To wait
+// for it, use WaitForSync.
 func (r *Registration) HasSynced() bool { return r.l.hasSynced() }
 
-// Synced returns a channel that is closed once HasSynced is true.
-func (r *Registration) Synced() <-chan struct{} { return r.l.syncedChan() }
-
-// SyncFailed returns a channel that is closed once the informer has
-// stopped waiting for its first sync (see Informer.SyncFailed).
-func (r *Registration) SyncFailed() <-chan struct{} { return r.failure.ch }
-
-// SyncErr returns why the informer stopped waiting for its first sync, or
-// nil (see Informer.SyncErr).
-func (r *Registration) SyncErr() error { return r.failure.get() }
+// WaitForSync waits until HasSynced is true and returns nil. It returns
+// ctx.Err() if ctx ends first, and the error that made the informer give
+// up if its source refused it for good before its first sync (see
+// Informer.WaitForSync).
+func (r *Registration) WaitForSync(ctx context.Context) error {
+	return waitSynced(ctx, r.l.syncedChan(), r.failure)
+}
 
 // Backlog returns the number of notifications waiting for the handler.
 func (r *Registration) Backlog() int { return r.l.backlog() }
@@ -50,6 +48,10 @@ func (l *listener[K, T]) syncedChan() <-chan struct{} {
 // runs. A handler added to a running informer first receives every cached
 // object as OnAdd(obj, true), then every later change. Once Run's context
 // has ended it returns ErrStopped.
+//
+// client-go's AddEventHandler(h) is AddEventHandler(h, HandlerOptions{})
+// here, and its AddEventHandlerWithResyncPeriod(h, p) is
+// AddEventHandler(h, HandlerOptions{ResyncPeriod: p}).
 func (inf *Informer[K, T]) AddEventHandler(h Handler[T], opts HandlerOptions) (*Registration, error) {
 	if h == nil {
 		return nil, errors.New("mirror: AddEventHandler with a nil handler")

@@ -41,65 +41,72 @@ func (f *syncFailure) get() error {
 
 // HasSynced reports whether the cache holds the whole initial list (or
 // the informer has applied a change that came before any list). It never
-// goes back to false.
+// goes back to false. To wait for it, use WaitForSync.
 func (inf *Informer[K, T]) HasSynced() bool { return inf.synced.Load() }
 
-// Synced returns a channel that is closed once HasSynced is true.
-func (inf *Informer[K, T]) Synced() <-chan struct{} { return inf.syncedCh }
-
-// SyncErr returns the error that made the informer stop waiting for its
-// first sync (see InformerOptions.SyncFailureLimit), or nil if it has not
-// given up. It stays set if the informer syncs later; HasSynced tells.
-func (inf *Informer[K, T]) SyncErr() error { return inf.failure.get() }
-
-// SyncFailed returns a channel that is closed once SyncErr is not nil.
-func (inf *Informer[K, T]) SyncFailed() <-chan struct{} { return inf.failure.ch }
-
-// Syncer is anything with a channel that closes once it has synced:
-// an Informer or a Registration.
-type Syncer interface {
-	// Synced returns a channel that is closed once it has synced.
-	Synced() <-chan struct{}
+// WaitForSync waits until HasSynced is true and returns nil. It returns
+// ctx.Err() if ctx ends first, and the error that made the informer give
+// up if its source refused it for good before its first sync (see
+// InformerOptions.SyncFailureLimit; the error wraps ErrPermanent).
+func (inf *Informer[K, T]) WaitForSync(ctx context.Context) error {
+	return waitSynced(ctx, inf.syncedCh, &inf.failure)
 }
 
-// SyncFailer is a Syncer that can tell that it will not sync without help,
-// as Informer and Registration can when their source refuses them for good
-// (ErrPermanent).
-type SyncFailer interface {
-	Syncer
-	// SyncFailed returns a channel that is closed once syncing has
-	// failed.
-	SyncFailed() <-chan struct{}
-	// SyncErr returns why syncing failed, or nil.
-	SyncErr() error
-}
-
-// WaitForCacheSync waits until every syncer has synced. It returns
-// ctx.Err() if ctx ends first, and the SyncErr of a SyncFailer that fails
-// before it syncs.
-func WaitForCacheSync(ctx context.Context, syncers ...Syncer) error {
-	for _, s := range syncers {
-		var failed <-chan struct{}
-		f, canFail := s.(SyncFailer)
-		if canFail {
-			failed = f.SyncFailed()
-		}
-		select {
-		case <-s.Synced():
-			continue
-		default:
-		}
-		select {
-		case <-s.Synced():
-		case <-failed:
-			select {
-			case <-s.Synced(): // synced after all, in the meantime
-			default:
-				return f.SyncErr()
-			}
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+// waitSynced waits until synced is closed, failure gives up or ctx ends.
+func waitSynced(ctx context.Context, synced <-chan struct{}, failure *syncFailure) error {
+	select {
+	case <-synced:
+		return nil
+	default:
 	}
-	return nil
+	select {
+	case <-synced:
+		return nil
+	case <-failure.ch:
+		select {
+		case <-synced: // synced after all, in the meantime
+			return nil
+		default:
+			return failure.get()
+		}
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// SyncWaiter is anything WaitForCacheSync can wait for: an Informer or a
+// Registration.
+type SyncWaiter interface {
+	// WaitForSync waits until it has synced, and returns nil; or returns
+	// why it will not sync without help, or ctx.Err().
+	WaitForSync(ctx context.Context) error
+}
+
+// WaitForCacheSync waits until every waiter has synced and returns nil.
+// It returns ctx.Err() if ctx ends first, and the first error a waiter
+// returns otherwise, such as an informer's source refusing it for good
+// (wrapping ErrPermanent), without waiting for the others.
+//
+// client-go's cache.WaitForCacheSync(stopCh, inf.HasSynced) is
+// WaitForCacheSync(ctx, inf) here, and it returns an error instead of a
+// bool.
+func WaitForCacheSync(ctx context.Context, waiters ...SyncWaiter) error {
+	switch len(waiters) {
+	case 0:
+		return nil
+	case 1:
+		return waiters[0].WaitForSync(ctx)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	var wg sync.WaitGroup
+	for _, w := range waiters {
+		wg.Go(func() {
+			if err := w.WaitForSync(ctx); err != nil {
+				cancel(err) // the first cause sticks
+			}
+		})
+	}
+	wg.Wait()
+	return context.Cause(ctx)
 }

@@ -45,7 +45,7 @@ func relistAfterCut(t *testing.T, opts etcd.InformerOptions[string]) []string {
 		created[k] = o.CreateRevision
 	}
 
-	opts.Reflector.InitialBackoff, opts.Reflector.MaxBackoff = time.Millisecond, 10*time.Millisecond
+	opts.ListWatch.InitialBackoff, opts.ListWatch.MaxBackoff = time.Millisecond, 10*time.Millisecond
 	opts.ErrorHandler = func(error) {} // the cut and the compaction, expected
 	inf := etcd.NewInformer(src, opts)
 	notes := make(chan string, 100)

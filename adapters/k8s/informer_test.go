@@ -46,7 +46,7 @@ func relistAfterCut(t *testing.T, opts k8s.InformerOptions[*corev1.Pod]) (*mirro
 		put(name, "v1", name+"-1")
 	}
 
-	opts.Reflector.InitialBackoff, opts.Reflector.MaxBackoff = time.Millisecond, 10*time.Millisecond
+	opts.ListWatch.InitialBackoff, opts.ListWatch.MaxBackoff = time.Millisecond, 10*time.Millisecond
 	opts.ErrorHandler = func(error) {} // the cut and the compaction, expected
 	inf := k8s.NewInformer(src, opts)
 	notes := make(chan string, 100)

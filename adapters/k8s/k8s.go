@@ -164,7 +164,7 @@ func newListWatcher[T Object](list func(context.Context, metav1.ListOptions) (ru
 // by paged lists: true unless Options.NoStreamingList is set or the client
 // said it cannot stream lists (see FromListerWatcher). It makes
 // *ListWatcher[T] a mirror.StreamingListPreferrer, so an informer streams
-// its lists without ReflectorOptions.StreamingList, as client-go's
+// its lists without ListWatchOptions.StreamingList, as client-go's
 // informers do since 1.35; a server that refuses them makes the informer
 // list instead, from then on.
 func (lw *ListWatcher[T]) PrefersStreamingList() bool {

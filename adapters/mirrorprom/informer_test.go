@@ -131,7 +131,7 @@ func testEachMetricMoves(t *testing.T, kind mirror.QueueKind) {
 		Queue:        kind,
 		Metrics:      paused,
 		ErrorHandler: func(error) { reported.Add(1) },
-		Reflector:    mirror.ReflectorOptions{WatchTimeout: time.Hour},
+		ListWatch:    mirror.ListWatchOptions{WatchTimeout: time.Hour},
 	})
 	var holdHandler atomic.Bool
 	handlerRelease := make(chan struct{})

@@ -56,7 +56,7 @@ func newMirror(client *clientv3.Client, prefix string, metrics mirror.Metrics, p
 		Indexers: mirror.Indexers[object]{
 			"zone": func(o object) ([]string, error) { return []string{o.Value.Zone}, nil },
 		},
-		Reflector: mirror.ReflectorOptions{PageSize: 1000},
+		ListWatch: mirror.ListWatchOptions{PageSize: 1000},
 		ErrorHandler: func(err error) {
 			m.errors.Add(1)
 			// A skipped key says all it needs by itself; other errors
@@ -135,22 +135,26 @@ func (m *mirrorState) saw(rev int64) {
 // progress once a second. If ctx ends first, or the informer gives up
 // because etcd refuses it (mirror.ErrPermanent), it says why.
 func (m *mirrorState) waitForSync(ctx context.Context, p *printer) error {
+	synced := make(chan error, 1)
+	go func() { synced <- m.reg.WaitForSync(ctx) }()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
 		select {
-		case <-m.reg.Synced():
-			m.syncedAt = time.Now()
-			return nil
-		case <-m.inf.SyncFailed():
-			return fmt.Errorf("etcd refuses the mirror: %w", m.inf.SyncErr())
+		case err := <-synced:
+			switch {
+			case err == nil:
+				m.syncedAt = time.Now()
+				return nil
+			case errors.Is(err, mirror.ErrPermanent):
+				return fmt.Errorf("etcd refuses the mirror: %w", err)
+			}
+			if last := m.inf.Freshness().Err; last != nil {
+				return fmt.Errorf("not synced: %w; last failure: %w", err, last)
+			}
+			return fmt.Errorf("not synced: %w", err)
 		case <-tick.C:
 			p.printf("initial sync: %d keys so far", m.initial.Load())
-		case <-ctx.Done():
-			if err := m.inf.Freshness().Err; err != nil {
-				return fmt.Errorf("not synced: %w; last failure: %w", ctx.Err(), err)
-			}
-			return fmt.Errorf("not synced: %w", ctx.Err())
 		}
 	}
 }
@@ -161,7 +165,7 @@ func (m *mirrorState) waitFor(ctx context.Context, rev int64) error {
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		seen, _ := strconv.ParseInt(m.inf.LastSyncResourceVersion(), 10, 64)
+		seen, _ := strconv.ParseInt(m.inf.Freshness().ResourceVersion, 10, 64)
 		if seen >= rev && m.reg.Backlog() == 0 {
 			return nil
 		}
@@ -183,7 +187,7 @@ func (m *mirrorState) summary(p *printer) {
 		n, _ := m.inf.IndexKeys("zone", z)
 		perZone = append(perZone, fmt.Sprintf("%s=%d", z, len(n)))
 	}
-	st := m.inf.ReflectorStats()
+	st := m.inf.Stats().Reflector
 	events := m.events.Load()
 	var rate float64
 	if d := time.Since(m.syncedAt); !m.syncedAt.IsZero() && d > 0 {

@@ -104,7 +104,7 @@ func run(ctx context.Context, out io.Writer) error {
 
 	names := inf.ListKeys()
 	slices.Sort(names)
-	fmt.Fprintln(out, "mirrored at revision", inf.LastSyncResourceVersion()+":", names)
+	fmt.Fprintln(out, "mirrored at revision", inf.Freshness().ResourceVersion+":", names)
 	return nil
 }
 

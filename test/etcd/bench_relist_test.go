@@ -61,7 +61,7 @@ func benchInformerRelist(b *testing.B, c *clientv3.Client, prefix string, n int)
 		Logger:          quiet,
 		ResourceVersion: func(o etcdmirror.KV) string { return strconv.FormatInt(o.ModRevision, 10) },
 		ErrorHandler:    func(error) {}, // the compacted watch reports an error on each op
-		Reflector:       mirror.ReflectorOptions{InitialBackoff: time.Millisecond},
+		ListWatch:       mirror.ListWatchOptions{InitialBackoff: time.Millisecond},
 	})
 	seen := make(chan relistSeen, 16)
 	marked := func(key string) bool { return strings.HasPrefix(key, prefix+"~") }

@@ -30,7 +30,7 @@ func BenchmarkInitialSync(b *testing.B) {
 		prefix := syncPrefix(b, c, n)
 		b.Run(sizeName(n), func(b *testing.B) {
 			b.Run("impl=informer", func(b *testing.B) {
-				benchInformerSync(b, etcdmirror.New(c, prefix, etcdmirror.Options{}), n, mirror.ReflectorOptions{})
+				benchInformerSync(b, etcdmirror.New(c, prefix, etcdmirror.Options{}), n, mirror.ListWatchOptions{})
 			})
 			b.Run("impl=raw-stream", func(b *testing.B) {
 				benchRawSync(b, n, func(ctx context.Context) (map[string]etcdmirror.KV, error) {
@@ -73,7 +73,7 @@ func BenchmarkPagedSync(b *testing.B) {
 		b.Run(fmt.Sprintf("%s/limit=%d", sizeName(n), limit), func(b *testing.B) {
 			b.Run("impl=informer", func(b *testing.B) {
 				lw := pagedOnly[etcdmirror.KV]{etcdmirror.New(c, prefix, etcdmirror.Options{})}
-				benchInformerSync(b, lw, n, mirror.ReflectorOptions{PageSize: limit})
+				benchInformerSync(b, lw, n, mirror.ListWatchOptions{PageSize: limit})
 			})
 			b.Run("impl=raw", func(b *testing.B) {
 				benchRawSync(b, n, func(ctx context.Context) (map[string]etcdmirror.KV, error) {
@@ -90,7 +90,7 @@ type pagedOnly[T any] struct{ mirror.ListWatcher[T] }
 
 // benchInformerSync runs ops that each sync a new informer over lw, which
 // lists n keys, and stops it once measured.
-func benchInformerSync(b *testing.B, lw mirror.ListWatcher[etcdmirror.KV], n int, ropts mirror.ReflectorOptions) {
+func benchInformerSync(b *testing.B, lw mirror.ListWatcher[etcdmirror.KV], n int, lwo mirror.ListWatchOptions) {
 	var m opMeter
 	b.ReportAllocs()
 	for b.Loop() {
@@ -98,16 +98,14 @@ func benchInformerSync(b *testing.B, lw mirror.ListWatcher[etcdmirror.KV], n int
 		inf := mirror.NewInformer(lw, mirror.InformerOptions[string, etcdmirror.KV]{
 			KeyFunc:      etcdmirror.KeyOf[[]byte],
 			Logger:       quiet,
-			Reflector:    ropts,
+			ListWatch:    lwo,
 			ErrorHandler: func(err error) { b.Error(err) },
 		})
 		ctx, cancel := context.WithCancel(b.Context())
 		done := make(chan error, 1)
 		go func() { done <- inf.Run(ctx) }()
-		select {
-		case <-inf.Synced():
-		case err := <-done:
-			b.Fatalf("Run returned before the informer synced: %v", err)
+		if err := inf.WaitForSync(ctx); err != nil {
+			b.Fatalf("not synced: %v", err)
 		}
 		m.stop(b, n)
 		b.StopTimer()

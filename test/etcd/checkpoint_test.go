@@ -49,7 +49,7 @@ func startCPMirrorEvery(t *testing.T, c *clientv3.Client, prefix, path string, q
 	m.inf = etcdmirror.NewInformer(m.lw, etcdmirror.InformerOptions[[]byte]{
 		Queue:        queue,
 		ErrorHandler: m.errs.add,
-		Reflector:    mirror.ReflectorOptions{InitialBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond},
+		ListWatch:    mirror.ListWatchOptions{InitialBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond},
 		Checkpoint:   mirror.CheckpointOptions[etcdmirror.KV]{Path: path, Interval: interval},
 	})
 	_, err := m.inf.AddEventHandler(m.replay, mirror.HandlerOptions{})

@@ -121,7 +121,7 @@ func identityOptions[T any](queue mirror.QueueKind, report func(error)) mirror.I
 			return cached.CreateRevision == incoming.CreateRevision
 		},
 		ResourceVersion: func(o etcdmirror.Object[T]) string { return strconv.FormatInt(o.ModRevision, 10) },
-		Reflector: mirror.ReflectorOptions{
+		ListWatch: mirror.ListWatchOptions{
 			InitialBackoff: 20 * time.Millisecond,
 			MaxBackoff:     200 * time.Millisecond,
 		},

@@ -92,15 +92,15 @@ func startInformer[T any](t *testing.T, lw mirror.ListWatcher[etcdmirror.Object[
 	inf := mirror.NewInformer(lw, mirror.InformerOptions[string, etcdmirror.Object[T]]{
 		KeyFunc: etcdmirror.KeyOf[T],
 		Queue:   queue,
-		Reflector: mirror.ReflectorOptions{
-			Name:           t.Name(),
+		Name:    t.Name(),
+		ListWatch: mirror.ListWatchOptions{
 			InitialBackoff: 20 * time.Millisecond,
 			MaxBackoff:     200 * time.Millisecond,
 		},
 		ErrorHandler: log.add,
 	})
 	var recs []*handlerRecord[T]
-	syncers := []mirror.Syncer{inf}
+	syncers := []mirror.SyncWaiter{inf}
 	for range handlers {
 		h := newHandlerRecord[T]()
 		reg, err := inf.AddEventHandler(h, mirror.HandlerOptions{})
@@ -123,7 +123,7 @@ func startInformer[T any](t *testing.T, lw mirror.ListWatcher[etcdmirror.Object[
 
 // informerRev is the revision inf last saw, 0 before its first list.
 func informerRev[T any](inf *etcdInformer[T]) int64 {
-	rev, _ := strconv.ParseInt(inf.LastSyncResourceVersion(), 10, 64)
+	rev, _ := strconv.ParseInt(inf.Freshness().ResourceVersion, 10, 64)
 	return rev
 }
 
@@ -215,7 +215,7 @@ func TestInformer_CompactionWhileDisconnectedRelistsAndEachHandlerGetsOneUnknown
 
 			requireInformerConverged(t, direct, "/ioff/", inf, handlers)
 			assert.True(t, log.has(mirror.ErrExpired), "the watch found its revision compacted")
-			assert.Positive(t, inf.ReflectorStats().Relists)
+			assert.Positive(t, inf.Stats().Reflector.Relists)
 			for i, h := range handlers {
 				got := make(map[string]int)
 				for _, call := range h.deleteCalls() {
@@ -385,7 +385,7 @@ func TestInformer_DeleteWhosePreviousValueWasCompactedReachesHandlersWithTheLast
 			assert.Equal(t, []byte("v"), calls[0].obj.Value)
 			assert.False(t, calls[0].unknown, "handler %d: the delete was observed, not inferred", i)
 		}
-		assert.Zero(t, inf.ReflectorStats().Relists, "the watch, not a relist, saw the deletion")
+		assert.Zero(t, inf.Stats().Reflector.Relists, "the watch, not a relist, saw the deletion")
 		assert.Empty(t, log.all())
 	})
 }

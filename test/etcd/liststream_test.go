@@ -203,7 +203,7 @@ func TestInformer_ThroughTheGRPCProxyListsInPagesAndConverges(t *testing.T) {
 			_, err = direct.Put(ctx, "/pxi/new", "x")
 			require.NoError(t, err)
 			requireInformerConverged(t, direct, "/pxi/", inf, handlers)
-			assert.Equal(t, int64(1), inf.ReflectorStats().Lists)
+			assert.Equal(t, int64(1), inf.Stats().Reflector.Lists)
 			for _, err := range log.all() {
 				assert.NotErrorIs(t, err, errors.ErrUnsupported, "falling back to pages is not a failure")
 			}

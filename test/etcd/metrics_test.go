@@ -136,7 +136,7 @@ func TestMetrics_EtcdCutsAndCompactionMoveRestartsRelistsAndStaleness(t *testing
 				Queue:        q.kind,
 				Metrics:      metrics,
 				ErrorHandler: log.add,
-				Reflector:    mirror.ReflectorOptions{InitialBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond},
+				ListWatch:    mirror.ListWatchOptions{InitialBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond},
 			})
 			runCtx, cancel := context.WithCancel(ctx)
 			done := make(chan error, 1)

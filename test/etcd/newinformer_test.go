@@ -54,7 +54,7 @@ func TestNewInformer_RelistAfterCompactionReportsOnlyChangesAndARecreatedKeyAsDe
 
 	log := &errorLog{}
 	inf := etcdmirror.NewInformer(etcdmirror.New(c, "/ni/", fastOptions), etcdmirror.InformerOptions[[]byte]{
-		Reflector:    mirror.ReflectorOptions{InitialBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond},
+		ListWatch:    mirror.ListWatchOptions{InitialBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond},
 		ErrorHandler: log.add,
 	})
 	notes := &noteLog{}

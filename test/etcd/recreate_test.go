@@ -122,7 +122,7 @@ func TestInformer_KeyRecreatedWhileCutOffFromThreeMembersIsOneDeleteThenOneAdd(t
 			after, rev := getKVs(t, others, prefix)
 			requireMirrored(t, r, after, rev)
 			assert.True(t, log.has(mirror.ErrExpired), "the watch found its revision compacted")
-			assert.Positive(t, r.inf.ReflectorStats().Relists, "the informer relisted")
+			assert.Positive(t, r.inf.Stats().Reflector.Relists, "the informer relisted")
 
 			calls := r.calls.all()[mark:]
 			for _, c := range calls {

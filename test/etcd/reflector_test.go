@@ -103,11 +103,9 @@ func startMirror[T any](t *testing.T, lw mirror.ListWatcher[etcdmirror.Object[T]
 	t.Helper()
 	store, log := newRecordingStore[T](), &errorLog{}
 	r := mirror.NewReflector(lw, store, mirror.ReflectorOptions{
-		Name:           t.Name(),
-		PageSize:       5_000,
-		InitialBackoff: 20 * time.Millisecond,
-		MaxBackoff:     200 * time.Millisecond,
-		ErrorHandler:   log.add,
+		Name:         t.Name(),
+		ErrorHandler: log.add,
+		ListWatch:    mirror.ListWatchOptions{PageSize: 5_000, InitialBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond},
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -128,7 +126,7 @@ var fastOptions = etcdmirror.Options{ProgressInterval: 100 * time.Millisecond, R
 // syncedRev is the revision r last handed to its store, 0 before the first
 // list.
 func syncedRev[T any](r *mirror.Reflector[T]) int64 {
-	rev, _ := strconv.ParseInt(r.LastSyncResourceVersion(), 10, 64)
+	rev, _ := strconv.ParseInt(r.Freshness().ResourceVersion, 10, 64)
 	return rev
 }
 

@@ -51,8 +51,8 @@ func (s *soak) startEpoch() {
 	}
 	// Short watches and small pages, so that watches are renewed and
 	// lists are paged, and compaction can catch a list between pages.
-	opts.Reflector.WatchTimeout = 3 * time.Second
-	opts.Reflector.PageSize = 500
+	opts.ListWatch.WatchTimeout = 3 * time.Second
+	opts.ListWatch.PageSize = 500
 	lwOpts := fastOptions
 	lwOpts.PrevValues = e.prevValues
 	run, err := runInformer(etcdmirror.NewTyped(s.mc, soakPrefix, soakDecode, lwOpts), opts)
@@ -121,7 +121,7 @@ func (s *soak) endEpoch(want map[string]etcdmirror.Object[string], rev int64) {
 			broken = append(broken, fmt.Sprintf("%s: undecodable value at rev %s reported %d times", ref.key, ref.rv, n))
 		}
 	}
-	st := e.run.inf.ReflectorStats()
+	st := e.run.inf.Stats().Reflector
 	s.stats.lists += st.Lists
 	s.stats.relists += st.Relists
 	s.stats.watches += st.Watches

@@ -110,7 +110,7 @@ func TestInformer_ValueThatTurnsUndecodableIsAnUnknownDeleteReportedOnceAcrossAR
 
 			// A relist meets the bad value again: the watch is cut while
 			// etcd compacts past where it would resume.
-			relists := inf.ReflectorStats().Relists
+			relists := inf.Stats().Reflector.Relists
 			p.Cut()
 			_, err = direct.Put(ctx, "/iundec/other", "3")
 			require.NoError(t, err)
@@ -121,7 +121,7 @@ func TestInformer_ValueThatTurnsUndecodableIsAnUnknownDeleteReportedOnceAcrossAR
 			p.Resume()
 			require.Eventually(t, func() bool {
 				o, ok := inf.GetByKey("/iundec/other")
-				return inf.ReflectorStats().Relists > relists && ok && o.Value == 4
+				return inf.Stats().Reflector.Relists > relists && ok && o.Value == 4
 			}, convergeTimeout, 10*time.Millisecond, "the informer relists")
 			reports := objectErrors(log.all(), key)
 			require.Len(t, reports, 1, "the bad value is reported once, by the watch, not again by the relist")

@@ -135,7 +135,7 @@ func TestInformer_ExpiredVersionRelistsAndEachHandlerGetsOneUnknownDeletePerDele
 
 			requireConverged(t, inf, configMaps.serverState(t, c.client, s.selector))
 			assert.True(t, inf.log.has(mirror.ErrExpired), "the watch found its version compacted: %v", inf.log.all())
-			assert.Equal(t, int64(1), inf.ReflectorStats().Relists, "%v", inf.log.all())
+			assert.Equal(t, int64(1), inf.Stats().Reflector.Relists, "%v", inf.log.all())
 			for i, h := range inf.handlers {
 				calls := h.deleteCalls()
 				assert.Equal(t, deleted, deleteCounts(calls), "handler %d: exactly one delete per object deleted while cut", i)

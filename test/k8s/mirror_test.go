@@ -264,8 +264,8 @@ func startInformer[T k8s.Object](t *testing.T, lw mirror.ListWatcher[T], o infor
 		Indexers:        mirror.Indexers[T]{k8s.NamespaceIndex: k8s.IndexByNamespace[T]},
 		ResourceVersion: k8s.ResourceVersionOf[T],
 		Queue:           o.queue,
-		Reflector: mirror.ReflectorOptions{
-			Name:           t.Name(),
+		Name:            t.Name(),
+		ListWatch: mirror.ListWatchOptions{
 			PageSize:       o.pageSize,
 			StreamingList:  o.streaming,
 			InitialBackoff: 20 * time.Millisecond,
@@ -273,7 +273,7 @@ func startInformer[T k8s.Object](t *testing.T, lw mirror.ListWatcher[T], o infor
 		},
 		ErrorHandler: log.add,
 	})}
-	syncers := []mirror.Syncer{inf}
+	syncers := []mirror.SyncWaiter{inf}
 	for range max(o.handlers, 1) {
 		h := newRecorder[T]()
 		reg, err := inf.AddEventHandler(h, mirror.HandlerOptions{})

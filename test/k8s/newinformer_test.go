@@ -50,7 +50,7 @@ func TestNewInformer_RelistAfterExpiryReportsOnlyChangesAndARecreatedObjectAsDel
 	lw := newCuttable[*corev1.ConfigMap](configMaps.lw(c.client, s.options()))
 	log := &errorLog{}
 	inf := k8s.NewInformer(lw, k8s.InformerOptions[*corev1.ConfigMap]{
-		Reflector:    mirror.ReflectorOptions{InitialBackoff: 20 * time.Millisecond, MaxBackoff: 500 * time.Millisecond},
+		ListWatch:    mirror.ListWatchOptions{InitialBackoff: 20 * time.Millisecond, MaxBackoff: 500 * time.Millisecond},
 		ErrorHandler: log.add,
 	})
 	notes := &noteLog{}

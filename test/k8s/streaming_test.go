@@ -210,7 +210,7 @@ func TestStreamingList_TheAdaptersDefaultStreamsAndFallsBackToList(t *testing.T)
 			if tc.watchList {
 				assert.Equal(t, http.StatusOK, streams[0].status, "the server streams the list")
 				assert.Empty(t, lists, "the informer never lists")
-				assert.Equal(t, int64(1), inf.ReflectorStats().Lists)
+				assert.Equal(t, int64(1), inf.Stats().Reflector.Lists)
 				return
 			}
 			require.Len(t, streams, 1, "one refusal is enough")
