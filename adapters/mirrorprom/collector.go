@@ -8,10 +8,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Buckets of the histograms. The latencies' are client-go's for
-// informer_processing_latency_seconds with two below a millisecond, where
-// an informer that keeps up spends its time; lists run from milliseconds
-// (a few keys) to minutes (millions).
+// Buckets of the histograms. The latencies' are those client-go's
+// informers use for their processing latency, with two below a
+// millisecond, where an informer that keeps up spends its time; lists run
+// from milliseconds (a few keys) to minutes (millions).
 var (
 	latencyBuckets      = []float64{0.00001, 0.0001, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
 	listDurationBuckets = []float64{0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120}
@@ -43,7 +43,7 @@ func newCollector(m *Metrics) *collector {
 	return &collector{
 		m:       m,
 		objects: desc("mirror_cache_objects", "Objects in the informer's cache."),
-		queued: desc("informer_queued_items",
+		queued: desc("mirror_queue_depth",
 			"Entries waiting in the queue between the Reflector and the cache: changes, lists and resyncs (in-order queue), or keys (DeltaFIFO)."),
 		adds: desc("mirror_queue_adds_total", "Entries ever added to the queue between the Reflector and the cache (keys, for a DeltaFIFO)."),
 		backlog: desc("mirror_handler_backlog",
@@ -60,7 +60,7 @@ func newCollector(m *Metrics) *collector {
 		events: desc("mirror_watch_events_total", "Watch events received, of every type."),
 		errs: desc("mirror_errors_total",
 			"Errors reported, by kind: list (a list failed), watch (a watch failed or ended too soon), skipped (an object the source could not produce), store (an object or list the queue refused), apply (a change the cache refused: an index function failed), checkpoint (a checkpoint not loaded or written).", "kind"),
-		storeVersion: desc("informer_store_resource_version",
+		storeVersion: desc("mirror_cache_resource_version",
 			"The resource version of the last change applied to the cache, if it is a decimal number: its 15 least significant digits."),
 		sourceVersion: desc("mirror_source_resource_version",
 			"The resource version the source last confirmed (list, event or bookmark received), if it is a decimal number: its 15 least significant digits."),
@@ -68,7 +68,7 @@ func newCollector(m *Metrics) *collector {
 			"Seconds since the source last confirmed the mirror current (a list completed, an event or a bookmark arrived); before the first list, since the informer started."),
 		failed: desc("mirror_source_failing",
 			"1 if the last attempt to list or watch failed and no list, event or bookmark came since, 0 otherwise."),
-		processing: histogram("informer_processing_latency_seconds",
+		processing: histogram("mirror_apply_latency_seconds",
 			"Seconds from an event's arrival in the queue to its application to the cache, for a sample of the events (at most one per 10 ms).", latencyBuckets),
 		delivery: histogram("mirror_handler_delivery_latency_seconds",
 			"Seconds from the application of a change to the cache to the handler taking it, for a sample of the notifications (at most one per 10 ms).", latencyBuckets, "handler"),
@@ -227,9 +227,9 @@ func (t *totals) addHandler(h mirror.HandlerStats) {
 }
 
 // versionValue returns resource version v as a gauge's value, as client-go
-// does for informer_store_resource_version: the number its last 15 digits
-// make, which a float64 holds exactly; 0 for "", none yet. ok is false if
-// v is not a decimal number: the series is then left out.
+// does for its informers' store resource version: the number its last 15
+// digits make, which a float64 holds exactly; 0 for "", none yet. ok is
+// false if v is not a decimal number: the series is then left out.
 func versionValue(v string) (value float64, ok bool) {
 	if v == "" {
 		return 0, true

@@ -2,6 +2,7 @@ package mirrorprom_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -40,6 +41,35 @@ func TestNew_RefusesANilRegistererAndNamesTakenAlready(t *testing.T) {
 	require.ErrorAs(t, err, &taken, "the second Metrics on one registry")
 }
 
+// Every metric is named mirror_…, so that none takes a name client-go's
+// informers, reflectors or workqueues register (informer_…, workqueue_…)
+// in the registry of a Kubernetes program; test/k8s/metricscompat
+// registers both in one.
+func TestMetrics_EveryNameIsUnderTheMirrorPrefix(t *testing.T) {
+	registry := prometheus.NewPedanticRegistry()
+	m, err := mirrorprom.New(registry)
+	require.NoError(t, err)
+	im := m.Informer("orders", fixed(mirror.InformerStats{
+		AppliedResourceVersion: "7",
+		Freshness:              mirror.Freshness{ResourceVersion: "8"},
+		Handlers:               []mirror.HandlerStats{{Name: "audit"}},
+	}))
+	defer im.Stop()
+	im.Listed(mirror.ListInitial, 1, time.Millisecond)
+	im.Applied(time.Millisecond)
+	im.Delivered("audit", time.Millisecond)
+
+	families, err := registry.Gather()
+	require.NoError(t, err)
+	var names []string
+	for _, f := range families {
+		names = append(names, f.GetName())
+		assert.True(t, strings.HasPrefix(f.GetName(), "mirror_"), f.GetName())
+	}
+	listed := readmeMetrics(t)
+	assert.Len(t, names, len(listed), "every metric of the README has a series")
+}
+
 // Every counter and gauge is read from Stats at the scrape, each field
 // under its own series; this pins the mapping, which a running informer
 // cannot drive field by field (a very short watch, say).
@@ -74,7 +104,7 @@ func TestMetrics_SeriesSayWhatStatsSay(t *testing.T) {
 			want   float64
 		}{
 			{"mirror_cache_objects", nil, 300},
-			{"informer_queued_items", nil, 12},
+			{"mirror_queue_depth", nil, 12},
 			{"mirror_queue_adds_total", nil, 5000},
 			{"mirror_handler_backlog", []string{"handler", "audit"}, 4},
 			{"mirror_handler_deliveries_total", []string{"handler", "audit"}, 900},
@@ -94,7 +124,7 @@ func TestMetrics_SeriesSayWhatStatsSay(t *testing.T) {
 			{"mirror_errors_total", []string{"kind", "watch"}, 8},
 			{"mirror_errors_total", []string{"kind", "skipped"}, 3},
 			{"mirror_errors_total", []string{"kind", "store"}, 7},
-			{"informer_store_resource_version", nil, 1100},
+			{"mirror_cache_resource_version", nil, 1100},
 			{"mirror_source_resource_version", nil, 1200},
 			{"mirror_staleness_seconds", nil, 90},
 			{"mirror_source_failing", nil, 1},
@@ -104,7 +134,7 @@ func TestMetrics_SeriesSayWhatStatsSay(t *testing.T) {
 		}
 		for name, typ := range map[string]dto.MetricType{
 			"mirror_cache_objects":            dto.MetricType_GAUGE,
-			"informer_queued_items":           dto.MetricType_GAUGE,
+			"mirror_queue_depth":              dto.MetricType_GAUGE,
 			"mirror_queue_adds_total":         dto.MetricType_COUNTER,
 			"mirror_handler_backlog":          dto.MetricType_GAUGE,
 			"mirror_handler_deliveries_total": dto.MetricType_COUNTER,
@@ -143,8 +173,8 @@ func TestMetrics_HistogramsTakeWhatTheInformerPushes(t *testing.T) {
 		{"mirror_list_duration_seconds_sum", []string{"cause", "expired"}, 1},
 		{"mirror_list_objects_count", []string{"cause", "expired"}, 2},
 		{"mirror_list_objects_sum", []string{"cause", "expired"}, 30},
-		{"informer_processing_latency_seconds_count", nil, 1},
-		{"informer_processing_latency_seconds_sum", nil, 0.003},
+		{"mirror_apply_latency_seconds_count", nil, 1},
+		{"mirror_apply_latency_seconds_sum", nil, 0.003},
 		{"mirror_handler_delivery_latency_seconds_count", []string{"handler", "audit"}, 2},
 		{"mirror_handler_delivery_latency_seconds_sum", []string{"handler", "audit"}, 0.012},
 		{"mirror_handler_delivery_latency_seconds_count", []string{"handler", "mail"}, 1},
@@ -180,7 +210,7 @@ func TestMetrics_InformersSharingANameAreAddedUp(t *testing.T) {
 		s := scrapeHandler(t, registry)
 		assert.Equal(t, 7.0, s.get(t, "mirror_cache_objects", "name", "shared"))
 		assert.Equal(t, 30.0, s.get(t, "mirror_queue_adds_total", "name", "shared"))
-		assert.Equal(t, 5.0, s.get(t, "informer_store_resource_version", "name", "shared"))
+		assert.Equal(t, 5.0, s.get(t, "mirror_cache_resource_version", "name", "shared"))
 		assert.Equal(t, 60.0, s.get(t, "mirror_staleness_seconds", "name", "shared"))
 		assert.Equal(t, 2.0, s.get(t, "mirror_lists_total", "name", "shared", "cause", "initial"))
 		assert.Equal(t, 1.0, s.get(t, "mirror_lists_total", "name", "shared", "cause", "expired"))
@@ -215,7 +245,7 @@ func TestMetrics_StopRemovesTheInformersSeries(t *testing.T) {
 	s = scrapeHandler(t, registry)
 	assert.Empty(t, s.named("a"), "a stopped")
 	assert.Equal(t, 3.0, s.get(t, "mirror_cache_objects", "name", "b"), "b2 runs on")
-	assert.Equal(t, 2.0, s.get(t, "informer_processing_latency_seconds_count", "name", "b"), "the samples of both b")
+	assert.Equal(t, 2.0, s.get(t, "mirror_apply_latency_seconds_count", "name", "b"), "the samples of both b")
 
 	b2.Stop()
 	s = scrapeHandler(t, registry)
@@ -247,7 +277,7 @@ func TestMetrics_ResourceVersionGaugeTakesDecimalVersionsOnly(t *testing.T) {
 			}))
 			defer im.Stop()
 			s := scrapeHandler(t, registry)
-			for _, name := range []string{"informer_store_resource_version", "mirror_source_resource_version"} {
+			for _, name := range []string{"mirror_cache_resource_version", "mirror_source_resource_version"} {
 				require.Equal(t, tc.present, s.has(name, "name", "v"), name)
 				if tc.present {
 					assert.Equal(t, tc.want, s.get(t, name, "name", "v"), name)

@@ -51,7 +51,7 @@ func Example() {
 	}
 	for _, line := range series(families) {
 		if strings.HasPrefix(line, "mirror_cache_objects") ||
-			strings.HasPrefix(line, "informer_store_resource_version") ||
+			strings.HasPrefix(line, "mirror_cache_resource_version") ||
 			strings.HasPrefix(line, "mirror_handler_deliveries_total") {
 			fmt.Println(line)
 		}
@@ -66,8 +66,8 @@ func Example() {
 	}
 	fmt.Println("series after Run returned:", len(series(families)))
 	// Output:
-	// informer_store_resource_version{name="services"} 4
 	// mirror_cache_objects{name="services"} 3
+	// mirror_cache_resource_version{name="services"} 4
 	// mirror_handler_deliveries_total{handler="audit",name="services"} 3
 	// series after Run returned: 0
 }

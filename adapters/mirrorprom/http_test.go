@@ -65,7 +65,7 @@ func TestMetrics_ServedOverHTTPAsTheREADMESays(t *testing.T) {
 	s := scrapeURL(t, url)
 	assert.Equal(t, 3.0, s.get(t, "mirror_cache_objects", "name", "served"))
 	assert.Equal(t, 3.0, s.get(t, "mirror_handler_deliveries_total", "name", "served", "handler", "h"))
-	assert.Equal(t, float64(src.Revision()), s.get(t, "informer_store_resource_version", "name", "served"))
+	assert.Equal(t, float64(src.Revision()), s.get(t, "mirror_cache_resource_version", "name", "served"))
 
 	src.Put(item{Name: "a", Val: 1})
 	require.Equal(t, "a", <-updated)

@@ -170,14 +170,14 @@ func testEachMetricMoves(t *testing.T, kind mirror.QueueKind) {
 	assert.Equal(t, 1.0, get(s, "mirror_list_duration_seconds_count", "cause", "initial"))
 	assert.Equal(t, 3.0, get(s, "mirror_list_objects_sum", "cause", "initial"))
 	assert.Equal(t, 1.0, get(s, "mirror_watches_total"))
-	assert.Equal(t, revision(), get(s, "informer_store_resource_version"))
+	assert.Equal(t, revision(), get(s, "mirror_cache_resource_version"))
 	assert.Equal(t, revision(), get(s, "mirror_source_resource_version"))
 	assert.Equal(t, 3.0, get(s, "mirror_handler_deliveries_total", "handler", "slow"))
 	assert.Equal(t, 3.0, get(s, "mirror_handler_deliveries_total", "handler", "audit"))
 	assert.Positive(t, get(s, "mirror_handler_delivery_latency_seconds_count", "handler", "audit"))
-	assert.Positive(t, get(s, "informer_processing_latency_seconds_count"))
+	assert.Positive(t, get(s, "mirror_apply_latency_seconds_count"))
 	assert.Positive(t, get(s, "mirror_queue_adds_total"))
-	assert.Zero(t, get(s, "informer_queued_items"))
+	assert.Zero(t, get(s, "mirror_queue_depth"))
 	assert.Zero(t, get(s, "mirror_staleness_seconds"), "confirmed by the list, just now")
 	assert.Zero(t, get(s, "mirror_source_failing"))
 
@@ -189,8 +189,8 @@ func testEachMetricMoves(t *testing.T, kind mirror.QueueKind) {
 	s = scrapeNow()
 	assert.Equal(t, get(before, "mirror_queue_adds_total")+1, get(s, "mirror_queue_adds_total"))
 	assert.Equal(t, get(before, "mirror_watch_events_total")+1, get(s, "mirror_watch_events_total"))
-	assert.Equal(t, revision(), get(s, "informer_store_resource_version"))
-	assert.Equal(t, get(before, "informer_processing_latency_seconds_count")+1, get(s, "informer_processing_latency_seconds_count"))
+	assert.Equal(t, revision(), get(s, "mirror_cache_resource_version"))
+	assert.Equal(t, get(before, "mirror_apply_latency_seconds_count")+1, get(s, "mirror_apply_latency_seconds_count"))
 	assert.Equal(t, 4.0, get(s, "mirror_handler_deliveries_total", "handler", "audit"))
 
 	if kind == mirror.InOrderQueue {
@@ -207,15 +207,15 @@ func testEachMetricMoves(t *testing.T, kind mirror.QueueKind) {
 		}
 		synctest.Wait()
 		s = scrapeNow()
-		assert.Equal(t, 3.0, get(s, "informer_queued_items"))
+		assert.Equal(t, 3.0, get(s, "mirror_queue_depth"))
 		assert.Equal(t, get(before, "mirror_queue_adds_total")+4, get(s, "mirror_queue_adds_total"))
 		time.Sleep(5 * time.Second)
 		paused.release <- struct{}{}
 		synctest.Wait()
 		s = scrapeNow()
-		assert.Zero(t, get(s, "informer_queued_items"))
-		assert.GreaterOrEqual(t, get(s, "informer_processing_latency_seconds_count")-get(before, "informer_processing_latency_seconds_count"), 2.0)
-		assert.GreaterOrEqual(t, get(s, "informer_processing_latency_seconds_sum")-get(before, "informer_processing_latency_seconds_sum"), 5.0,
+		assert.Zero(t, get(s, "mirror_queue_depth"))
+		assert.GreaterOrEqual(t, get(s, "mirror_apply_latency_seconds_count")-get(before, "mirror_apply_latency_seconds_count"), 2.0)
+		assert.GreaterOrEqual(t, get(s, "mirror_apply_latency_seconds_sum")-get(before, "mirror_apply_latency_seconds_sum"), 5.0,
 			"the changes queued while the loop was held waited 5s at least")
 	}
 
@@ -295,7 +295,7 @@ func testEachMetricMoves(t *testing.T, kind mirror.QueueKind) {
 	assert.Equal(t, 1.0, get(s, "mirror_list_duration_seconds_count", "cause", "expired"))
 	assert.Equal(t, 1.0, get(s, "mirror_list_objects_sum", "cause", "expired"), "b alone is left")
 	assert.Equal(t, 1.0, get(s, "mirror_cache_objects"))
-	assert.Equal(t, revision(), get(s, "informer_store_resource_version"))
+	assert.Equal(t, revision(), get(s, "mirror_cache_resource_version"))
 	assert.Greater(t, get(s, "mirror_errors_total", "kind", "watch"), get(before, "mirror_errors_total", "kind", "watch"))
 
 	// A watch that fails otherwise: a relist after an error, whose first

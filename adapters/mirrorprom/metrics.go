@@ -20,7 +20,13 @@
 // Prometheus scrapes, so they cost the informer nothing between scrapes;
 // latencies and list sizes are histograms, fed by the informer as it works.
 // The series of an informer appear when its Run starts and go when Run
-// returns. The module's README lists every metric.
+// returns.
+//
+// Every metric is named mirror_…: none has a name of client-go's metrics
+// (informer_…, workqueue_…), so New may be given the registry of a
+// Kubernetes component, k8s.io/component-base's legacyregistry.Registerer(),
+// where client-go's informers register theirs. The module's README lists
+// every metric, and those of client-go's that are closest.
 package mirrorprom
 
 import (

@@ -164,7 +164,7 @@ func TestRun_MetricsAddrServesTheMirrorsMetrics(t *testing.T) {
 			regexp.MustCompile(`mirror_handler_deliveries_total\{handler="print",`+name+`\} [1-9]`).MatchString(body)
 	}, time.Minute, 10*time.Millisecond, "the initial list and the handler's deliveries")
 	body := scrape()
-	for _, metric := range []string{"mirror_cache_objects", "informer_store_resource_version", "mirror_staleness_seconds", "go_goroutines"} {
+	for _, metric := range []string{"mirror_cache_objects", "mirror_cache_resource_version", "mirror_staleness_seconds", "go_goroutines"} {
 		assert.Contains(t, body, "\n"+metric, metric)
 	}
 	cancel()

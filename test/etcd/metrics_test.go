@@ -152,7 +152,7 @@ func TestMetrics_EtcdCutsAndCompactionMoveRestartsRelistsAndStaleness(t *testing
 			resp, err := direct.Put(ctx, prefix+"x", "1")
 			require.NoError(t, err)
 			srv.eventually(t, func(v float64) bool { return v == float64(resp.Header.Revision) },
-				"the put reaches the cache", "informer_store_resource_version")
+				"the put reaches the cache", "mirror_cache_resource_version")
 			restarts := srv.get(t, "mirror_watch_restarts_total", "cause", "unavailable")
 			watchErrors := srv.get(t, "mirror_errors_total", "kind", "watch")
 
@@ -190,7 +190,7 @@ func TestMetrics_EtcdCutsAndCompactionMoveRestartsRelistsAndStaleness(t *testing
 			assert.Equal(t, 41.0, srv.get(t, "mirror_list_objects_sum", "cause", "expired"), "50 keys and x, less the 10 deleted")
 			assert.Equal(t, 1.0, srv.get(t, "mirror_list_duration_seconds_count", "cause", "expired"))
 			srv.eventually(t, func(v float64) bool { return v == float64(d.Header.Revision) },
-				"the cache is at etcd's revision", "informer_store_resource_version")
+				"the cache is at etcd's revision", "mirror_cache_resource_version")
 			assert.Equal(t, 41.0, srv.get(t, "mirror_cache_objects"))
 			assert.True(t, log.has(mirror.ErrExpired))
 		})

@@ -5,6 +5,8 @@ go 1.26.0
 require (
 	github.com/listwatch/mirror v0.0.0
 	github.com/listwatch/mirror/adapters/k8s v0.0.0
+	github.com/listwatch/mirror/adapters/mirrorprom v0.0.0
+	github.com/prometheus/client_model v0.6.2
 	github.com/stretchr/testify v1.12.1
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.etcd.io/etcd/server/v3 v3.7.3
@@ -84,7 +86,6 @@ require (
 	github.com/pmezard/go-difflib v1.0.1-0.20181226105442-5d4384ee4fb2 // indirect
 	github.com/pquerna/cachecontrol v0.1.0 // indirect
 	github.com/prometheus/client_golang v1.24.0 // indirect
-	github.com/prometheus/client_model v0.6.2 // indirect
 	github.com/prometheus/common v0.70.0 // indirect
 	github.com/prometheus/procfs v0.21.1 // indirect
 	github.com/robfig/cron/v3 v3.0.1 // indirect
@@ -162,6 +163,7 @@ require (
 replace (
 	github.com/listwatch/mirror => ../..
 	github.com/listwatch/mirror/adapters/k8s => ../../adapters/k8s
+	github.com/listwatch/mirror/adapters/mirrorprom => ../../adapters/mirrorprom
 	k8s.io/api => k8s.io/api v0.37.1
 	k8s.io/apiextensions-apiserver => k8s.io/apiextensions-apiserver v0.37.1
 	k8s.io/apimachinery => k8s.io/apimachinery v0.37.1
