@@ -24,10 +24,10 @@ var (
 type collector struct {
 	m *Metrics
 
-	objects, queued, adds                          *prometheus.Desc
-	backlog, deliveries, panics                    *prometheus.Desc
-	lists, watches, restarts, events, errs         *prometheus.Desc
-	storeVersion, sourceVersion, staleness, failed *prometheus.Desc
+	objects, queued, adds                  *prometheus.Desc
+	backlog, deliveries, panics            *prometheus.Desc
+	lists, watches, restarts, events, errs *prometheus.Desc
+	storeVersion, staleness, failed        *prometheus.Desc
 
 	processing, delivery, listDuration, listObjects *prometheus.HistogramVec
 }
@@ -62,8 +62,6 @@ func newCollector(m *Metrics) *collector {
 			"Errors reported, by kind: list (a list failed), watch (a watch failed or ended too soon), skipped (an object the source could not produce), store (an object or list the queue refused), apply (a change the cache refused: an index function failed), checkpoint (a checkpoint not loaded or written).", "kind"),
 		storeVersion: desc("mirror_cache_resource_version",
 			"The resource version of the last change applied to the cache, if it is a decimal number: its 15 least significant digits."),
-		sourceVersion: desc("mirror_source_resource_version",
-			"The resource version the source last confirmed (list, event or bookmark received), if it is a decimal number: its 15 least significant digits."),
 		staleness: desc("mirror_staleness_seconds",
 			"Seconds since the source last confirmed the mirror current (a list completed, an event or a bookmark arrived); before the first list, since the informer started."),
 		failed: desc("mirror_source_failing",
@@ -83,7 +81,7 @@ func (c *collector) constDescs() []*prometheus.Desc {
 	return []*prometheus.Desc{
 		c.objects, c.queued, c.adds, c.backlog, c.deliveries, c.panics,
 		c.lists, c.watches, c.restarts, c.events, c.errs,
-		c.storeVersion, c.sourceVersion, c.staleness, c.failed,
+		c.storeVersion, c.staleness, c.failed,
 	}
 }
 
@@ -121,22 +119,22 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 // totals are the counters and gauges of the informers that share a name,
 // added up.
 type totals struct {
-	objects, queued             int
-	adds, watches, events       int64
-	lists                       [3]int64 // initial, expired, error
-	restarts                    [3]int64 // closed, short, unavailable
-	errs                        [6]int64 // list, watch, skipped, store, apply, checkpoint
-	storeVersion, sourceVersion string
-	staleness                   time.Duration
-	failing                     bool
-	handlers                    []mirror.HandlerStats // one per handler name, in order
-	handlerIndex                map[string]int
+	objects, queued       int
+	adds, watches, events int64
+	lists                 [3]int64 // initial, expired, error
+	restarts              [3]int64 // closed, short, unavailable
+	errs                  [6]int64 // list, watch, skipped, store, apply, checkpoint
+	storeVersion          string
+	staleness             time.Duration
+	failing               bool
+	handlers              []mirror.HandlerStats // one per handler name, in order
+	handlerIndex          map[string]int
 }
 
 func (c *collector) collectInformer(ch chan<- prometheus.Metric, name string, running []*informerMetrics, now time.Time) {
 	var t totals
 	for i, im := range running {
-		st := im.stats()
+		st, fr := im.src.Stats(), im.src.Freshness()
 		t.objects += st.Objects
 		t.queued += st.QueueDepth
 		t.adds += st.QueueAdds
@@ -156,14 +154,14 @@ func (c *collector) collectInformer(ch chan<- prometheus.Metric, name string, ru
 		t.errs[4] += st.ApplyErrors
 		t.errs[5] += st.CheckpointErrors
 		if i == 0 {
-			t.storeVersion, t.sourceVersion = st.AppliedResourceVersion, st.Freshness.ResourceVersion
+			t.storeVersion = fr.ResourceVersion
 		}
 		since := im.started
-		if !st.Freshness.ConfirmedAt.IsZero() {
-			since = st.Freshness.ConfirmedAt
+		if !fr.ConfirmedAt.IsZero() {
+			since = fr.ConfirmedAt
 		}
 		t.staleness = max(t.staleness, now.Sub(since))
-		t.failing = t.failing || st.Freshness.Err != nil
+		t.failing = t.failing || fr.Err != nil
 		for _, h := range st.Handlers {
 			t.addHandler(h)
 		}
@@ -196,9 +194,6 @@ func (c *collector) collectInformer(ch chan<- prometheus.Metric, name string, ru
 	}
 	if v, ok := versionValue(t.storeVersion); ok {
 		gauge(c.storeVersion, v)
-	}
-	if v, ok := versionValue(t.sourceVersion); ok {
-		gauge(c.sourceVersion, v)
 	}
 	gauge(c.staleness, t.staleness.Seconds())
 	failing := 0.0

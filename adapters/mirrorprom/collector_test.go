@@ -24,9 +24,23 @@ func newMetrics(tb testing.TB) (*mirrorprom.Metrics, *prometheus.Registry) {
 	return m, registry
 }
 
-// fixed returns a stats function that always returns st.
-func fixed(st mirror.InformerStats) func() mirror.InformerStats {
-	return func() mirror.InformerStats { return st }
+// fixed is a StatsSource that always returns the same stats and
+// freshness.
+type fixedSource struct {
+	st mirror.InformerStats
+	fr mirror.Freshness
+}
+
+func (f fixedSource) Stats() mirror.InformerStats { return f.st }
+func (f fixedSource) Freshness() mirror.Freshness { return f.fr }
+
+// fixed returns a StatsSource that always returns st and, if given, fr.
+func fixed(st mirror.InformerStats, fr ...mirror.Freshness) mirror.StatsSource {
+	f := fixedSource{st: st}
+	if len(fr) > 0 {
+		f.fr = fr[0]
+	}
+	return f
 }
 
 func TestNew_RefusesANilRegistererAndNamesTakenAlready(t *testing.T) {
@@ -50,10 +64,8 @@ func TestMetrics_EveryNameIsUnderTheMirrorPrefix(t *testing.T) {
 	m, err := mirrorprom.New(registry)
 	require.NoError(t, err)
 	im := m.Informer("orders", fixed(mirror.InformerStats{
-		AppliedResourceVersion: "7",
-		Freshness:              mirror.Freshness{ResourceVersion: "8"},
-		Handlers:               []mirror.HandlerStats{{Name: "audit"}},
-	}))
+		Handlers: []mirror.HandlerStats{{Name: "audit"}},
+	}, mirror.Freshness{ResourceVersion: "7"}))
 	defer im.Stop()
 	im.Listed(mirror.ListInitial, 1, time.Millisecond)
 	im.Applied(time.Millisecond)
@@ -84,16 +96,14 @@ func TestMetrics_SeriesSayWhatStatsSay(t *testing.T) {
 				Events: 1000,
 				Errors: 20, ListErrors: 2, WatchErrors: 8, Skipped: 3, StoreErrors: 7,
 			},
-			Freshness:              mirror.Freshness{ResourceVersion: "1200", ConfirmedAt: confirmed, Err: errors.New("down")},
-			AppliedResourceVersion: "1100",
-			Objects:                300,
-			QueueDepth:             12,
-			QueueAdds:              5000,
+			Objects:    300,
+			QueueDepth: 12,
+			QueueAdds:  5000,
 			Handlers: []mirror.HandlerStats{
 				{Name: "audit", Backlog: 4, Delivered: 900, Panics: 2},
 				{Name: "", Backlog: 1, Delivered: 50},
 			},
-		}))
+		}, mirror.Freshness{ResourceVersion: "1100", ConfirmedAt: confirmed, Err: errors.New("down")}))
 		defer im.Stop()
 		time.Sleep(90 * time.Second)
 
@@ -125,7 +135,6 @@ func TestMetrics_SeriesSayWhatStatsSay(t *testing.T) {
 			{"mirror_errors_total", []string{"kind", "skipped"}, 3},
 			{"mirror_errors_total", []string{"kind", "store"}, 7},
 			{"mirror_cache_resource_version", nil, 1100},
-			{"mirror_source_resource_version", nil, 1200},
 			{"mirror_staleness_seconds", nil, 90},
 			{"mirror_source_failing", nil, 1},
 		} {
@@ -192,18 +201,16 @@ func TestMetrics_InformersSharingANameAreAddedUp(t *testing.T) {
 		m, registry := newMetrics(t)
 		start := time.Now()
 		first := m.Informer("shared", fixed(mirror.InformerStats{
-			Objects: 3, QueueAdds: 10, AppliedResourceVersion: "5",
-			Freshness: mirror.Freshness{ConfirmedAt: start.Add(10 * time.Second)},
+			Objects: 3, QueueAdds: 10,
 			Reflector: mirror.ReflectorStats{Lists: 1},
 			Handlers:  []mirror.HandlerStats{{Name: "h", Delivered: 7, Backlog: 1}},
-		}))
+		}, mirror.Freshness{ResourceVersion: "5", ConfirmedAt: start.Add(10 * time.Second)}))
 		defer first.Stop()
 		second := m.Informer("shared", fixed(mirror.InformerStats{
-			Objects: 4, QueueAdds: 20, AppliedResourceVersion: "9",
-			Freshness: mirror.Freshness{ConfirmedAt: start},
+			Objects: 4, QueueAdds: 20,
 			Reflector: mirror.ReflectorStats{Lists: 2, Relists: 1, RelistsExpired: 1},
 			Handlers:  []mirror.HandlerStats{{Name: "h", Delivered: 1, Backlog: 2}, {Name: "h", Delivered: 1}},
-		}))
+		}, mirror.Freshness{ResourceVersion: "9", ConfirmedAt: start}))
 		defer second.Stop()
 		time.Sleep(time.Minute)
 
@@ -271,13 +278,10 @@ func TestMetrics_ResourceVersionGaugeTakesDecimalVersionsOnly(t *testing.T) {
 	} {
 		t.Run(tc.version, func(t *testing.T) {
 			m, registry := newMetrics(t)
-			im := m.Informer("v", fixed(mirror.InformerStats{
-				AppliedResourceVersion: tc.version,
-				Freshness:              mirror.Freshness{ResourceVersion: tc.version},
-			}))
+			im := m.Informer("v", fixed(mirror.InformerStats{}, mirror.Freshness{ResourceVersion: tc.version}))
 			defer im.Stop()
 			s := scrapeHandler(t, registry)
-			for _, name := range []string{"mirror_cache_resource_version", "mirror_source_resource_version"} {
+			for _, name := range []string{"mirror_cache_resource_version"} {
 				require.Equal(t, tc.present, s.has(name, "name", "v"), name)
 				if tc.present {
 					assert.Equal(t, tc.want, s.get(t, name, "name", "v"), name)

@@ -86,8 +86,8 @@ type pausing struct {
 	release chan struct{}
 }
 
-func (p *pausing) Informer(name string, stats func() mirror.InformerStats) mirror.InformerMetrics {
-	return &pausingInformer{p.Metrics.Informer(name, stats), p}
+func (p *pausing) Informer(name string, src mirror.StatsSource) mirror.InformerMetrics {
+	return &pausingInformer{p.Metrics.Informer(name, src), p}
 }
 
 type pausingInformer struct {
@@ -171,7 +171,6 @@ func testEachMetricMoves(t *testing.T, kind mirror.QueueKind) {
 	assert.Equal(t, 3.0, get(s, "mirror_list_objects_sum", "cause", "initial"))
 	assert.Equal(t, 1.0, get(s, "mirror_watches_total"))
 	assert.Equal(t, revision(), get(s, "mirror_cache_resource_version"))
-	assert.Equal(t, revision(), get(s, "mirror_source_resource_version"))
 	assert.Equal(t, 3.0, get(s, "mirror_handler_deliveries_total", "handler", "slow"))
 	assert.Equal(t, 3.0, get(s, "mirror_handler_deliveries_total", "handler", "audit"))
 	assert.Positive(t, get(s, "mirror_handler_delivery_latency_seconds_count", "handler", "audit"))

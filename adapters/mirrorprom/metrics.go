@@ -76,13 +76,13 @@ var _ mirror.Metrics = (*Metrics)(nil)
 
 // Informer starts the series of the informer named name; the informer
 // calls it when its Run starts. Its counters and gauges are read through
-// stats at every scrape until the returned InformerMetrics is stopped,
+// src at every scrape until the returned InformerMetrics is stopped,
 // which removes the informer's series.
-func (m *Metrics) Informer(name string, stats func() mirror.InformerStats) mirror.InformerMetrics {
+func (m *Metrics) Informer(name string, src mirror.StatsSource) mirror.InformerMetrics {
 	im := &informerMetrics{
 		m:          m,
 		name:       name,
-		stats:      stats,
+		src:        src,
 		started:    time.Now(),
 		processing: m.c.processing.WithLabelValues(name),
 	}
@@ -97,7 +97,7 @@ func (m *Metrics) Informer(name string, stats func() mirror.InformerStats) mirro
 type informerMetrics struct {
 	m       *Metrics
 	name    string
-	stats   func() mirror.InformerStats
+	src     mirror.StatsSource
 	started time.Time // when Run started: staleness counts from it until the first list
 
 	processing prometheus.Observer

@@ -40,7 +40,6 @@ var clientGoInformerFamilies = []string{
 var mirrorFamilies = []string{
 	"mirror_cache_objects",
 	"mirror_cache_resource_version",
-	"mirror_source_resource_version",
 	"mirror_queue_depth",
 	"mirror_queue_adds_total",
 	"mirror_apply_latency_seconds",
