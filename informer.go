@@ -110,9 +110,9 @@ type InformerOptions[K comparable, T any] struct {
 	// sets, never overriding them: Logger, if set, receives the
 	// Reflector's logs instead of the informer's Logger; ErrorHandler,
 	// if set, sees the Reflector's errors after the informer's own
-	// ErrorHandler; ResyncPeriod, if set, makes the informer check for
-	// due handlers at least that often; ShouldResync, if set, can veto a
-	// resync.
+	// ErrorHandler. ResyncPeriod and ShouldResync are not used: the
+	// informer resyncs each handler at the handler's own period (see
+	// HandlerOptions.ResyncPeriod).
 	Reflector ReflectorOptions
 
 	// ErrorHandler sees every failure: failed lists and watches, objects
@@ -175,8 +175,6 @@ type Informer[K comparable, T any] struct {
 
 	started   atomic.Bool
 	reflector atomic.Pointer[Reflector[T]]
-	// resyncPeriod is the informer's resync check period, fixed at Run.
-	resyncPeriod atomic.Int64
 }
 
 // NewInformer returns an Informer over lw. It panics if opts.KeyFunc is
@@ -207,6 +205,7 @@ func NewInformer[K comparable, T any](lw ListWatcher[T], opts InformerOptions[K,
 		failure:  syncFailure{ch: make(chan struct{})},
 	}
 	inf.proc.report = inf.report
+	inf.proc.resyncMoved = make(chan struct{}, 1)
 	switch opts.Queue {
 	case DeltaFIFOQueue:
 		inf.fifo = NewDeltaFIFO(DeltaFIFOOptions[K, T]{
@@ -246,15 +245,9 @@ func (inf *Informer[K, T]) Run(ctx context.Context) error {
 	defer cancel()
 
 	ropts, user := inf.opts.Reflector, inf.opts.Reflector
-	period := inf.minResyncPeriod()
-	if user.ResyncPeriod > 0 && (period == 0 || user.ResyncPeriod < period) {
-		period = user.ResyncPeriod
-	}
-	inf.resyncPeriod.Store(int64(period))
-	ropts.ResyncPeriod = period
-	ropts.ShouldResync = func() bool {
-		return (user.ShouldResync == nil || user.ShouldResync()) && inf.proc.shouldResync(time.Now())
-	}
+	// The informer runs the resync rounds itself (resyncLoop), for each
+	// handler at its own period.
+	ropts.ResyncPeriod, ropts.ShouldResync = 0, nil
 	ropts.ErrorHandler = inf.report
 	if user.ErrorHandler != nil {
 		ropts.ErrorHandler = func(err error) {
@@ -296,6 +289,7 @@ func (inf *Informer[K, T]) Run(ctx context.Context) error {
 	inf.proc.run(ctx, &wg, im)
 	wg.Go(func() { r.Run(ctx) })
 	wg.Go(func() { inf.applyLoop(ctx) })
+	wg.Go(func() { inf.resyncLoop(ctx) })
 	if cp != nil {
 		wg.Go(func() { cp.run(ctx) })
 	}
@@ -317,23 +311,6 @@ func (inf *Informer[K, T]) queueArrivals() *arrivals {
 		return &inf.fifo.arrivals
 	}
 	return &inf.inOrder.arrivals
-}
-
-// minResyncPeriod is the shortest resync period among the handlers
-// registered before Run, or the informer's default.
-func (inf *Informer[K, T]) minResyncPeriod() time.Duration {
-	inf.proc.mu.RLock()
-	defer inf.proc.mu.RUnlock()
-	var min time.Duration
-	for _, l := range inf.proc.listeners {
-		if l.resyncPeriod > 0 && (min == 0 || l.resyncPeriod < min) {
-			min = l.resyncPeriod
-		}
-	}
-	if min == 0 && inf.opts.ResyncPeriod > 0 {
-		min = max(inf.opts.ResyncPeriod, minResyncPeriod)
-	}
-	return min
 }
 
 // LastSyncResourceVersion returns the resource version of the last list
