@@ -74,10 +74,14 @@ type HandlerOptions struct {
 	Name string
 
 	// ResyncPeriod is how often the handler is offered every cached object
-	// again, as OnUpdate(obj, obj). Zero means the informer's
-	// ResyncPeriod; a negative value means never. Periods under one second
-	// are raised to one second. On a running informer, a period shorter
-	// than the informer's own resync period is raised to it.
+	// again, as OnUpdate(obj, obj): once every period, counted from the
+	// informer's first sync, or from the registration for a handler added
+	// later, whatever the periods of other handlers. A round that comes
+	// late (the informer was busy) does not move the next; one late by a
+	// period or more stands for those it missed. Rounds go on while the
+	// source is unreachable: they offer the cache as it is. Zero means the
+	// informer's ResyncPeriod; a negative value means never. Periods under
+	// one second are raised to one second.
 	ResyncPeriod time.Duration
 
 	// ChangesOnly, for an informer resumed from a checkpoint (see

@@ -91,9 +91,10 @@ type InformerOptions[K comparable, T any] struct {
 	// SyncFailureLimit is how many failures wrapping ErrPermanent the
 	// source may report before the informer's first sync, before the
 	// informer stops waiting for it: WaitForSync (and WaitForCacheSync)
-	// then returns the last of them instead of waiting on. The Reflector keeps trying, with
-	// backoff, so the informer still syncs if the cause is fixed. Zero
-	// means 3; failures of other kinds never end the wait.
+	// then returns the last of them instead of waiting on. The Reflector
+	// keeps trying, with backoff, so the informer still syncs if the
+	// cause is fixed; HasSynced tells. Zero means 3; failures of other
+	// kinds never end the wait.
 	SyncFailureLimit int
 
 	// Checkpoint, if its Path is set, makes the informer keep a
@@ -168,8 +169,6 @@ type Informer[K comparable, T any] struct {
 
 	started   atomic.Bool
 	reflector atomic.Pointer[Reflector[T]]
-	// resyncPeriod is the informer's resync check period, fixed at Run.
-	resyncPeriod atomic.Int64
 }
 
 // NewInformer returns an Informer over lw. It panics if opts.KeyFunc is
@@ -200,6 +199,7 @@ func NewInformer[K comparable, T any](lw ListWatcher[T], opts InformerOptions[K,
 		failure:  syncFailure{ch: make(chan struct{})},
 	}
 	inf.proc.report = inf.report
+	inf.proc.resyncMoved = make(chan struct{}, 1)
 	switch opts.Queue {
 	case DeltaFIFOQueue:
 		inf.fifo = NewDeltaFIFO(DeltaFIFOOptions[K, T]{
@@ -238,12 +238,10 @@ func (inf *Informer[K, T]) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	period := inf.minResyncPeriod()
-	inf.resyncPeriod.Store(int64(period))
 	ropts := ReflectorOptions{
+		// The informer runs the resync rounds itself (resyncLoop), for
+		// each handler at its own period.
 		Name:         inf.opts.Name,
-		ResyncPeriod: period,
-		ShouldResync: func() bool { return inf.proc.shouldResync(time.Now()) },
 		ErrorHandler: inf.report,
 		Logger:       inf.logger,
 		ListWatch:    inf.opts.ListWatch,
@@ -276,6 +274,7 @@ func (inf *Informer[K, T]) Run(ctx context.Context) error {
 	inf.proc.run(ctx, &wg, im)
 	wg.Go(func() { r.Run(ctx) })
 	wg.Go(func() { inf.applyLoop(ctx) })
+	wg.Go(func() { inf.resyncLoop(ctx) })
 	if cp != nil {
 		wg.Go(func() { cp.run(ctx) })
 	}
@@ -297,21 +296,4 @@ func (inf *Informer[K, T]) queueArrivals() *arrivals {
 		return &inf.fifo.arrivals
 	}
 	return &inf.inOrder.arrivals
-}
-
-// minResyncPeriod is the shortest resync period among the handlers
-// registered before Run, or the informer's default.
-func (inf *Informer[K, T]) minResyncPeriod() time.Duration {
-	inf.proc.mu.RLock()
-	defer inf.proc.mu.RUnlock()
-	var min time.Duration
-	for _, l := range inf.proc.listeners {
-		if l.resyncPeriod > 0 && (min == 0 || l.resyncPeriod < min) {
-			min = l.resyncPeriod
-		}
-	}
-	if min == 0 && inf.opts.ResyncPeriod > 0 {
-		min = max(inf.opts.ResyncPeriod, minResyncPeriod)
-	}
-	return min
 }

@@ -3,6 +3,7 @@ package mirror
 import (
 	"context"
 	"errors"
+	"time"
 )
 
 // afterFunc is context.AfterFunc whose stop also waits for f to return if
@@ -110,9 +111,7 @@ func (inf *Informer[K, T]) applyEntries(batch []inOrderEntry[K, T]) {
 			// a version no older, corrects it (see listApplier).
 			inf.listing = nil
 		case entryResync:
-			for k, obj := range inf.cache.All() {
-				inf.proc.distribute(notification[K, T]{kind: notifyUpdate, key: k, old: obj, obj: obj}, true)
-			}
+			inf.resyncLocked(time.Now())
 		case entryProgress, entryResumed:
 		}
 		if e.rv != "" {
@@ -133,8 +132,9 @@ func (inf *Informer[K, T]) applyEntries(batch []inOrderEntry[K, T]) {
 type listing[K comparable, T any] struct {
 	// direct is set if the cache was empty when the list began: its
 	// chunks are applied as they come, since nothing is cached that the
-	// list could find gone, and nothing else is queued between the
-	// chunks of a list, so the result is the one-step relist's. The
+	// list could find gone, and nothing that changes the cache is queued
+	// between the chunks of a list (a resync round may be; it offers
+	// what is cached so far), so the result is the one-step relist's. The
 	// list and the cache it fills are then never both held whole.
 	direct bool
 	// staged are the chunks of any other list, applied as one step at

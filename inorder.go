@@ -30,8 +30,9 @@ type inOrderQueue[K comparable, T any] struct {
 	// pushed is set once anything was queued; the first entry completes
 	// the initial sync if it is not a relist, as in DeltaFIFO.
 	pushed bool
-	// resyncQueued is set while a resync entry waits: a second resync
-	// before it is applied would offer the same objects again.
+	// resyncQueued is set while a resync entry waits: the one waiting
+	// serves every handler due when it is applied (see resyncLocked), so
+	// a second would find none.
 	resyncQueued bool
 	// adds counts the entries ever queued; arrivals samples when.
 	adds     uint64
@@ -319,7 +320,9 @@ func (q *inOrderQueue[K, T]) listFailed() {
 	q.push(inOrderEntry[K, T]{kind: entryListAbort})
 }
 
-// Resync queues one resync entry unless one is already waiting.
+// Resync queues a resync entry unless one is already waiting. The
+// informer's resync loop calls it; the entry's round is decided when it
+// is applied.
 func (q *inOrderQueue[K, T]) Resync() error {
 	q.mu.Lock()
 	queued := q.resyncQueued

@@ -35,8 +35,14 @@ type processor[K comparable, T any] struct {
 	mu        sync.RWMutex
 	listeners []*listener[K, T]
 	// syncing holds the listeners found due by the last shouldResync; the
-	// Sync notifications of that resync go to them only.
+	// Sync notifications of that resync go to them only. It changes only
+	// under the informer's applyMu, with the resync it is for.
 	syncing []*listener[K, T]
+	// resyncMoved receives (capacity 1, never blocking the sender) when a
+	// listener's next resync was set or changed, or a listener with one
+	// went, for the informer's resync loop to look again (see
+	// nextResync). Nil in a processor without an informer.
+	resyncMoved chan struct{}
 
 	// ctx and wg are set by run; listeners added later start at once,
 	// until stop.
@@ -76,6 +82,12 @@ func (p *processor[K, T]) add(l *listener[K, T], setup func()) error {
 	l.proc = p
 	l.stampNext = p.stamps.count()
 	p.listeners = append(p.listeners, l)
+	if l.resyncPeriod > 0 {
+		// From its registration; the informer's resync loop moves it to
+		// its first sync for listeners registered before (startResync).
+		l.nextResync = time.Now().Add(l.resyncPeriod)
+		p.resyncChanged()
+	}
 	if p.ctx != nil {
 		p.startLocked(l)
 	}
@@ -124,6 +136,9 @@ func (p *processor[K, T]) remove(l *listener[K, T]) bool {
 	if found {
 		l.stop()
 		p.feed.unfollow()
+		if l.resyncPeriod > 0 {
+			p.resyncChanged() // the next round may come later now
+		}
 	}
 	return found
 }
@@ -191,21 +206,6 @@ func (p *processor[K, T]) publish() {
 		l.publish(end, p.initial)
 	}
 	p.initial = 0
-}
-
-// shouldResync finds the listeners due for a resync at now, schedules
-// their next one, and reports whether there are any.
-func (p *processor[K, T]) shouldResync(now time.Time) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.syncing = p.syncing[:0]
-	for _, l := range p.listeners {
-		if l.resyncPeriod > 0 && !now.Before(l.nextResync) {
-			p.syncing = append(p.syncing, l)
-			l.nextResync = now.Add(l.resyncPeriod)
-		}
-	}
-	return len(p.syncing) > 0
 }
 
 // signalSynced wakes every listener so it re-checks whether it has synced.

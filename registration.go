@@ -3,7 +3,6 @@ package mirror
 import (
 	"context"
 	"errors"
-	"time"
 )
 
 // Registration is a handler's registration with an Informer.
@@ -66,15 +65,8 @@ func (inf *Informer[K, T]) AddEventHandler(h Handler[T], opts HandlerOptions) (*
 	if period > 0 && period < minResyncPeriod {
 		period = minResyncPeriod
 	}
-	if running := time.Duration(inf.resyncPeriod.Load()); inf.started.Load() && period > 0 && period < running {
-		// The resync timer is already set; it cannot tick faster for
-		// this handler.
-		inf.logger.Warn("mirror: handler resync period raised to the informer's", "requested", period, "used", running)
-		period = running
-	}
 	l := newListener[K](h, period, opts.MaxBacklog, inf.report, inf.HasSynced)
 	l.name, l.changesOnly = opts.Name, opts.ChangesOnly
-	l.nextResync = time.Now().Add(period)
 
 	inf.applyMu.Lock()
 	err := inf.proc.add(l, func() {
