@@ -3,7 +3,7 @@ module github.com/listwatch/mirror/bench
 go 1.26.0
 
 require (
-	github.com/listwatch/mirror v0.0.0
+	github.com/listwatch/mirror v0.1.0
 	k8s.io/apimachinery v0.37.1
 	k8s.io/client-go v0.37.1
 )

@@ -3,10 +3,10 @@ module github.com/listwatch/mirror/examples
 go 1.26.0
 
 require (
-	github.com/listwatch/mirror v0.0.0
-	github.com/listwatch/mirror/adapters/etcd v0.0.0
-	github.com/listwatch/mirror/adapters/k8s v0.0.0
-	github.com/listwatch/mirror/adapters/mirrorprom v0.0.0
+	github.com/listwatch/mirror v0.1.0
+	github.com/listwatch/mirror/adapters/etcd v0.1.0
+	github.com/listwatch/mirror/adapters/k8s v0.1.0
+	github.com/listwatch/mirror/adapters/mirrorprom v0.1.0
 	github.com/prometheus/client_golang v1.23.2
 	github.com/stretchr/testify v1.12.1
 	go.etcd.io/etcd/client/pkg/v3 v3.7.3

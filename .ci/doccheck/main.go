@@ -34,50 +34,58 @@ func main() {
 
 func check(dir string) []string {
 	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, dir, func(fi os.FileInfo) bool {
-		return !strings.HasSuffix(fi.Name(), "_test.go")
-	}, parser.ParseComments)
+	names, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "doccheck:", err)
 		os.Exit(2)
+	}
+	var files []*ast.File
+	for _, name := range names {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, parser.ParseComments)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "doccheck:", err)
+			os.Exit(2)
+		}
+		files = append(files, f)
 	}
 	var out []string
 	report := func(pos token.Pos, what string) {
 		p := fset.Position(pos)
 		out = append(out, fmt.Sprintf("%s:%d: %s", filepath.ToSlash(p.Filename), p.Line, what))
 	}
-	for _, pkg := range pkgs {
-		if pkg.Name == "main" {
+	for _, f := range files {
+		if f.Name.Name == "main" {
 			continue
 		}
-		for _, f := range pkg.Files {
-			for _, d := range f.Decls {
-				switch d := d.(type) {
-				case *ast.FuncDecl:
-					if !d.Name.IsExported() || (d.Recv != nil && !exportedRecv(d.Recv)) {
-						continue
-					}
-					if d.Doc == nil {
-						report(d.Pos(), "func "+d.Name.Name)
-					}
-				case *ast.GenDecl:
-					for _, s := range d.Specs {
-						switch s := s.(type) {
-						case *ast.TypeSpec:
-							if !s.Name.IsExported() {
-								continue
-							}
-							if s.Doc == nil && d.Doc == nil {
-								report(s.Pos(), "type "+s.Name.Name)
-							}
-							members(s, report)
-						case *ast.ValueSpec:
-							for _, n := range s.Names {
-								// A name in a documented group is covered by
-								// the group's comment.
-								if n.IsExported() && s.Doc == nil && s.Comment == nil && d.Doc == nil {
-									report(n.Pos(), "value "+n.Name)
-								}
+		for _, d := range f.Decls {
+			switch d := d.(type) {
+			case *ast.FuncDecl:
+				if !d.Name.IsExported() || (d.Recv != nil && !exportedRecv(d.Recv)) {
+					continue
+				}
+				if d.Doc == nil {
+					report(d.Pos(), "func "+d.Name.Name)
+				}
+			case *ast.GenDecl:
+				for _, s := range d.Specs {
+					switch s := s.(type) {
+					case *ast.TypeSpec:
+						if !s.Name.IsExported() {
+							continue
+						}
+						if s.Doc == nil && d.Doc == nil {
+							report(s.Pos(), "type "+s.Name.Name)
+						}
+						members(s, report)
+					case *ast.ValueSpec:
+						for _, n := range s.Names {
+							// A name in a documented group is covered by
+							// the group's comment.
+							if n.IsExported() && s.Doc == nil && s.Comment == nil && d.Doc == nil {
+								report(n.Pos(), "value "+n.Name)
 							}
 						}
 					}

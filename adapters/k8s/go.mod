@@ -3,7 +3,7 @@ module github.com/listwatch/mirror/adapters/k8s
 go 1.26.0
 
 require (
-	github.com/listwatch/mirror v0.0.0
+	github.com/listwatch/mirror v0.1.0
 	github.com/stretchr/testify v1.12.1
 	k8s.io/api v0.37.1
 	k8s.io/apimachinery v0.37.1

@@ -3,7 +3,7 @@ module github.com/listwatch/mirror/adapters/mirrorprom
 go 1.26.0
 
 require (
-	github.com/listwatch/mirror v0.0.0
+	github.com/listwatch/mirror v0.1.0
 	github.com/prometheus/client_golang v1.23.2
 	github.com/prometheus/client_model v0.6.2
 	github.com/prometheus/common v0.66.1

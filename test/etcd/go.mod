@@ -3,9 +3,9 @@ module github.com/listwatch/mirror/test/etcd
 go 1.26.0
 
 require (
-	github.com/listwatch/mirror v0.0.0
-	github.com/listwatch/mirror/adapters/etcd v0.0.0
-	github.com/listwatch/mirror/adapters/mirrorprom v0.0.0
+	github.com/listwatch/mirror v0.1.0
+	github.com/listwatch/mirror/adapters/etcd v0.1.0
+	github.com/listwatch/mirror/adapters/mirrorprom v0.1.0
 	github.com/prometheus/client_golang v1.23.2
 	github.com/prometheus/common v0.67.5
 	github.com/stretchr/testify v1.12.1

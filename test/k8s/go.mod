@@ -3,9 +3,9 @@ module github.com/listwatch/mirror/test/k8s
 go 1.26.0
 
 require (
-	github.com/listwatch/mirror v0.0.0
-	github.com/listwatch/mirror/adapters/k8s v0.0.0
-	github.com/listwatch/mirror/adapters/mirrorprom v0.0.0
+	github.com/listwatch/mirror v0.1.0
+	github.com/listwatch/mirror/adapters/k8s v0.1.0
+	github.com/listwatch/mirror/adapters/mirrorprom v0.1.0
 	github.com/prometheus/client_model v0.6.2
 	github.com/stretchr/testify v1.12.1
 	go.etcd.io/etcd/client/v3 v3.7.3
