@@ -159,6 +159,12 @@ type Informer[K comparable, T any] struct {
 	// partial says whether the cache holds part of the change at
 	// appliedRV (in-order queue). Guarded by applyMu.
 	partial partialChange
+	// live is set by Run once the cache holds what the handlers are
+	// told of: after the checkpoint, if any, is loaded and handed to the
+	// handlers registered until then. A handler added from then on is
+	// handed the cache (a late handler); one added before, even while
+	// Run loads, is one registered before Run. Guarded by applyMu.
+	live bool
 	// applied counts the queue's entries (keys, for the DeltaFIFO)
 	// applied; measured receives how long a sample of them waited. Both
 	// belong to the goroutine applying.
@@ -242,9 +248,61 @@ func (inf *Informer[K, T]) Run(ctx context.Context) error {
 	if !inf.started.CompareAndSwap(false, true) {
 		return ErrStarted
 	}
+	// From here on AddEventHandler refuses once ctx has ended.
+	inf.proc.bind(ctx)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
+	cp := newCheckpointer(inf, inf.opts.Checkpoint)
+	var rv string
+	if cp != nil {
+		// Not under applyMu: AddEventHandler goes on meanwhile, and the
+		// handlers it adds are not handed a cache half filled (see live).
+		rv = cp.load()
+	}
+	inf.applyMu.Lock()
+	// The resync period covers every handler added so far, and a
+	// handler added from now on is handed the cache as a late one.
+	r := inf.newReflector()
+	if rv != "" {
+		cp.resume(r, rv)
+	}
+	inf.live = true
+	inf.applyMu.Unlock()
+
+	var im InformerMetrics
+	if inf.opts.Metrics != nil {
+		im = inf.opts.Metrics.Informer(inf.opts.Name, inf.Stats)
+		r.onListed = im.Listed
+		inf.measured = im
+		inf.queueArrivals().start()
+		defer inf.queueArrivals().stop()
+		defer im.Stop()
+	}
+
+	var wg sync.WaitGroup
+	inf.proc.run(ctx, &wg, im)
+	wg.Go(func() { r.Run(ctx) })
+	wg.Go(func() { inf.applyLoop(ctx) })
+	if cp != nil {
+		wg.Go(func() { cp.run(ctx) })
+	}
+	<-ctx.Done()
+	// From here on no listener starts, so none can outlive Wait.
+	inf.proc.stop()
+	wg.Wait()
+	if cp != nil {
+		// Nothing applies any more: the cache is at the version it says,
+		// and a change it holds part of will not complete.
+		cp.write(ctx)
+	}
+	return nil
+}
+
+// newReflector returns the informer's Reflector, its resync period fixed
+// at the shortest of the handlers registered so far. It is called by Run,
+// with applyMu held.
+func (inf *Informer[K, T]) newReflector() *Reflector[T] {
 	ropts, user := inf.opts.Reflector, inf.opts.Reflector
 	period := inf.minResyncPeriod()
 	if user.ResyncPeriod > 0 && (period == 0 || user.ResyncPeriod < period) {
@@ -274,41 +332,7 @@ func (inf *Informer[K, T]) Run(ctx context.Context) error {
 	}
 	r := NewReflector(inf.lw, store, ropts)
 	inf.reflector.Store(r)
-
-	cp := newCheckpointer(inf, inf.opts.Checkpoint)
-	if cp != nil {
-		if rv := cp.load(); rv != "" {
-			cp.resume(r, rv)
-		}
-	}
-
-	var im InformerMetrics
-	if inf.opts.Metrics != nil {
-		im = inf.opts.Metrics.Informer(inf.opts.Name, inf.Stats)
-		r.onListed = im.Listed
-		inf.measured = im
-		inf.queueArrivals().start()
-		defer inf.queueArrivals().stop()
-		defer im.Stop()
-	}
-
-	var wg sync.WaitGroup
-	inf.proc.run(ctx, &wg, im)
-	wg.Go(func() { r.Run(ctx) })
-	wg.Go(func() { inf.applyLoop(ctx) })
-	if cp != nil {
-		wg.Go(func() { cp.run(ctx) })
-	}
-	<-ctx.Done()
-	// From here on no listener starts, so none can outlive Wait.
-	inf.proc.stop()
-	wg.Wait()
-	if cp != nil {
-		// Nothing applies any more: the cache is at the version it says,
-		// and a change it holds part of will not complete.
-		cp.write(ctx)
-	}
-	return nil
+	return r
 }
 
 // queueArrivals returns the queue's sampler of waiting times.

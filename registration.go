@@ -48,8 +48,12 @@ func (l *listener[K, T]) syncedChan() <-chan struct{} {
 
 // AddEventHandler registers h. It may be called before Run or while Run
 // runs. A handler added to a running informer first receives every cached
-// object as OnAdd(obj, true), then every later change. Once Run's context
-// has ended it returns ErrStopped.
+// object as OnAdd(obj, true), then every later change. A handler added
+// while Run loads a checkpoint (see CheckpointOptions) is one registered
+// before Run: once the load is complete it receives the checkpoint's
+// objects, each once, unless HandlerOptions.ChangesOnly is set, then every
+// later change. Once the context given to Run has ended, even before Run
+// has returned, it returns ErrStopped.
 func (inf *Informer[K, T]) AddEventHandler(h Handler[T], opts HandlerOptions) (*Registration, error) {
 	if h == nil {
 		return nil, errors.New("mirror: AddEventHandler with a nil handler")
@@ -64,26 +68,32 @@ func (inf *Informer[K, T]) AddEventHandler(h Handler[T], opts HandlerOptions) (*
 	if period > 0 && period < minResyncPeriod {
 		period = minResyncPeriod
 	}
-	if running := time.Duration(inf.resyncPeriod.Load()); inf.started.Load() && period > 0 && period < running {
+
+	inf.applyMu.Lock()
+	// Under applyMu, Run has either fixed its resync period and the
+	// cache's content for the handlers (live), or does both later, with
+	// this handler among those registered.
+	requested := period
+	if running := time.Duration(inf.resyncPeriod.Load()); inf.live && period > 0 && period < running {
 		// The resync timer is already set; it cannot tick faster for
 		// this handler.
-		inf.logger.Warn("mirror: handler resync period raised to the informer's", "requested", period, "used", running)
 		period = running
 	}
 	l := newListener[K](h, period, opts.MaxBacklog, inf.report, inf.HasSynced)
 	l.name, l.changesOnly = opts.Name, opts.ChangesOnly
 	l.nextResync = time.Now().Add(period)
-
-	inf.applyMu.Lock()
 	err := inf.proc.add(l, func() {
 		l.follow(&inf.proc.feed)
-		if inf.started.Load() {
+		if inf.live {
 			l.replay(inf.cache.All(), l.pos.seq)
 		}
 	})
 	inf.applyMu.Unlock()
 	if err != nil {
 		return nil, err
+	}
+	if period != requested {
+		inf.logger.Warn("mirror: handler resync period raised to the informer's", "requested", requested, "used", period)
 	}
 	reg := &Registration{owner: inf, l: l, failure: &inf.failure}
 	reg.remove = func(ctx context.Context, wait bool) {
