@@ -32,8 +32,9 @@ import (
 // InformerOptions.SameObject) a deletion then an addition, one changed an
 // update, one unchanged nothing (with InformerOptions.ResourceVersion).
 // Either way each change made while the informer was down is delivered
-// once. Handlers registered before Run are first handed the checkpoint's
-// objects as initial adds, unless their HandlerOptions.ChangesOnly is set.
+// once. Handlers registered before Run, or while it loads the checkpoint,
+// are first handed the checkpoint's objects as initial adds, unless their
+// HandlerOptions.ChangesOnly is set.
 type CheckpointOptions[T any] struct {
 	// Path is the checkpoint's file; empty means no checkpoint. Its
 	// directory must exist.
@@ -111,8 +112,11 @@ func (c *checkpointer[K, T]) load() string {
 }
 
 // resume prepares Run to start from the checkpoint's state at rv, already
-// in the cache: the Reflector watches from rv, and the handlers that want
-// them get the cached objects as initial adds.
+// in the cache: the Reflector watches from rv, and the handlers registered
+// so far that want them get the cached objects as initial adds. Run calls
+// it with applyMu held, before anything is applied, so that a handler
+// added meanwhile is handed the objects here or, once the informer is
+// live, by AddEventHandler: never by both, never a part of them.
 func (c *checkpointer[K, T]) resume(r *Reflector[T], rv string) {
 	inf := c.inf
 	inf.appliedRV = rv
@@ -122,9 +126,12 @@ func (c *checkpointer[K, T]) resume(r *Reflector[T], rv string) {
 		inf.fifo.mu.Unlock()
 	}
 	inf.proc.mu.RLock()
+	// Nothing is distributed yet: every listener reads the feed from
+	// its end.
+	at := inf.proc.feed.seq
 	for _, l := range inf.proc.listeners {
 		if !l.changesOnly {
-			l.replay(inf.cache.All(), l.pos.seq)
+			l.replay(inf.cache.All(), at)
 		}
 	}
 	inf.proc.mu.RUnlock()

@@ -88,9 +88,10 @@ type HandlerOptions struct {
 	// CheckpointOptions), keeps the checkpoint's objects from the handler:
 	// it is handed only the changes since the checkpoint, as for a
 	// handler that keeps state of its own along with the checkpoint. It
-	// applies to handlers registered before Run; a handler added later is
-	// handed the cache as it is then, as always. Without a checkpoint to
-	// resume from, the handler gets the informer's first list as usual.
+	// applies to handlers registered before Run has loaded the checkpoint,
+	// while it loads it too; a handler added later is handed the cache as
+	// it is then, as always. Without a checkpoint to resume from, the
+	// handler gets the informer's first list as usual.
 	ChangesOnly bool
 
 	// MaxBacklog bounds the handler's backlog. Once more than MaxBacklog

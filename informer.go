@@ -153,6 +153,12 @@ type Informer[K comparable, T any] struct {
 	// partial says whether the cache holds part of the change at
 	// appliedRV (in-order queue). Guarded by applyMu.
 	partial partialChange
+	// live is set by Run once the cache holds what the handlers are
+	// told of: after the checkpoint, if any, is loaded and handed to the
+	// handlers registered until then. A handler added from then on is
+	// handed the cache (a late handler); one added before, even while
+	// Run loads, is one registered before Run. Guarded by applyMu.
+	live bool
 	// applied counts the queue's entries (keys, for the DeltaFIFO)
 	// applied; measured receives how long a sample of them waited. Both
 	// belong to the goroutine applying.
@@ -235,30 +241,26 @@ func (inf *Informer[K, T]) Run(ctx context.Context) error {
 	if !inf.started.CompareAndSwap(false, true) {
 		return ErrStarted
 	}
+	// From here on AddEventHandler refuses once ctx has ended.
+	inf.proc.bind(ctx)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	ropts := ReflectorOptions{
-		// The informer runs the resync rounds itself (resyncLoop), for
-		// each handler at its own period.
-		Name:         inf.opts.Name,
-		ErrorHandler: inf.report,
-		Logger:       inf.logger,
-		ListWatch:    inf.opts.ListWatch,
-	}
-	var store ReflectorStore[T] = inf.inOrder
-	if inf.fifo != nil {
-		store = fifoSyncWatch[K, T]{inf}
-	}
-	r := NewReflector(inf.lw, store, ropts)
-	inf.reflector.Store(r)
-
 	cp := newCheckpointer(inf, inf.opts.Checkpoint)
+	var rv string
 	if cp != nil {
-		if rv := cp.load(); rv != "" {
-			cp.resume(r, rv)
-		}
+		// Not under applyMu: AddEventHandler goes on meanwhile, and the
+		// handlers it adds are not handed a cache half filled (see live).
+		rv = cp.load()
 	}
+	inf.applyMu.Lock()
+	// A handler added from now on is handed the cache as a late one.
+	r := inf.newReflector()
+	if rv != "" {
+		cp.resume(r, rv)
+	}
+	inf.live = true
+	inf.applyMu.Unlock()
 
 	var im InformerMetrics
 	if inf.opts.Metrics != nil {
@@ -288,6 +290,26 @@ func (inf *Informer[K, T]) Run(ctx context.Context) error {
 		cp.write(ctx)
 	}
 	return nil
+}
+
+// newReflector makes the informer's Reflector. It is called by Run, with
+// applyMu held.
+func (inf *Informer[K, T]) newReflector() *Reflector[T] {
+	ropts := ReflectorOptions{
+		// The informer runs the resync rounds itself (resyncLoop), for
+		// each handler at its own period.
+		Name:         inf.opts.Name,
+		ErrorHandler: inf.report,
+		Logger:       inf.logger,
+		ListWatch:    inf.opts.ListWatch,
+	}
+	var store ReflectorStore[T] = inf.inOrder
+	if inf.fifo != nil {
+		store = fifoSyncWatch[K, T]{inf}
+	}
+	r := NewReflector(inf.lw, store, ropts)
+	inf.reflector.Store(r)
+	return r
 }
 
 // queueArrivals returns the queue's sampler of waiting times.

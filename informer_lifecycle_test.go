@@ -36,6 +36,43 @@ func TestInformer_AddEventHandlerAfterRunReturnedFails(t *testing.T) {
 	})
 }
 
+// AddEventHandler refuses as soon as Run's context has ended, not only
+// once Run has noticed: whether Run is watching or still loading its
+// checkpoint, a handler added after the cancel would never be called.
+func TestInformer_AddEventHandlerFailsOnceRunsContextHasEnded(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		// start starts Run and returns its cancel, a function that lets
+		// it go on, and the channel its result comes on.
+		start func(t *testing.T, kind mirror.QueueKind) (*mirror.Informer[string, item], context.CancelFunc, func(), chan error)
+	}{
+		{"while watching", func(t *testing.T, kind mirror.QueueKind) (*mirror.Informer[string, item], context.CancelFunc, func(), chan error) {
+			f := newFixture(t, kind, nil)
+			f.src.Put(item{Name: "a", Val: 1})
+			f.startRecording()
+			return f.inf, f.cancel, func() {}, f.done
+		}},
+		{"while loading a checkpoint", func(t *testing.T, kind mirror.QueueKind) (*mirror.Informer[string, item], context.CancelFunc, func(), chan error) {
+			inf, cancel, release, done := loadingInformer(t, kind, memsource.New(itemKey, memsource.Options{}), &errorLog{})
+			return inf, cancel, release, done
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
+				inf, cancel, release, done := tt.start(t, kind)
+				cancel()
+				late := &recorder{}
+				reg, err := inf.AddEventHandler(late, mirror.HandlerOptions{})
+				require.ErrorIs(t, err, mirror.ErrStopped)
+				assert.Nil(t, reg)
+				release()
+				require.NoError(t, <-done)
+				assert.Empty(t, late.take(), "a handler refused is never called")
+			})
+		})
+	}
+}
+
 func TestInformer_RemoveEventHandlerActsOnlyOnItsOwnRegistrations(t *testing.T) {
 	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
 		f := newFixture(t, kind, nil)

@@ -213,8 +213,12 @@ type Event[T any] struct {
 	// mirror is at that version only once the last of them, the one
 	// without More, is applied. The Reflector resumes a broken watch from
 	// the last complete version, and a checkpoint is never taken between
-	// two events of one change. Sources whose versions name single events
-	// leave it false.
+	// two events of one change. A watch from before the change must bring
+	// all its events, in the same order every time (etcd does): of a
+	// change that a watch broke inside of, the Reflector passes over the
+	// events the store was handed before the break, so each is handed
+	// over once. Sources whose versions name single events leave it
+	// false.
 	More bool
 }
 

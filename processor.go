@@ -49,6 +49,9 @@ type processor[K comparable, T any] struct {
 	ctx     context.Context
 	wg      *sync.WaitGroup
 	stopped bool
+	// outer, set by bind, is the context Run was given: once it has
+	// ended, add refuses as after stop, though Run has not seen it yet.
+	outer context.Context
 
 	// metrics, if not nil, is set by run and receives the handlers'
 	// delivery latencies, measured from stamps: the sampled times at
@@ -71,11 +74,11 @@ type processor[K comparable, T any] struct {
 // add registers l, starting its goroutine if the processor runs. setup,
 // called first, makes l follow the feed (see listener.follow) and queues
 // what it must see first. add returns ErrStopped, and calls nothing, once
-// stop was called.
+// the context given to bind has ended or stop was called.
 func (p *processor[K, T]) add(l *listener[K, T], setup func()) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.stopped {
+	if p.stopped || (p.outer != nil && p.outer.Err() != nil) {
 		return ErrStopped
 	}
 	setup()
@@ -92,6 +95,14 @@ func (p *processor[K, T]) add(l *listener[K, T], setup func()) error {
 		p.startLocked(l)
 	}
 	return nil
+}
+
+// bind makes add refuse listeners once ctx, the context Run was given,
+// has ended.
+func (p *processor[K, T]) bind(ctx context.Context) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.outer = ctx
 }
 
 // stop makes add refuse listeners from now on, so that the WaitGroup run

@@ -259,6 +259,8 @@ type Reflector[T any] struct {
 	// Run watch from lastRV before any list, and is called once that
 	// watch is open: the store already holds the state at lastRV.
 	resumed func()
+	// change is the change the Reflector has handed part of to the store.
+	change openChange
 	// noStreaming is set once the source said it cannot stream lists.
 	noStreaming bool
 	// noChunks is set once the source said it cannot list in chunks.
@@ -407,6 +409,9 @@ func (r *Reflector[T]) listAndWatch(ctx context.Context) (relistNow bool) {
 		if w, ok = r.sync(ctx); !ok {
 			return false
 		}
+		// The list replaced what the store held, the part of a change
+		// with the rest.
+		r.change = openChange{}
 	}
 	stopResync := r.startResync(ctx)
 	defer stopResync()

@@ -350,7 +350,9 @@ func (r *Reflector[T]) replace(sink *listSink[T], n int, rv string) {
 // seen afterwards, so the store never goes back in time; "" (the newest,
 // read consistently) once the source refused the last version. A list that
 // failed after the store applied part of it (see listApplier) moves the
-// version to that list's, for the same reason.
+// version to that list's, for the same reason, and so does a change the
+// store has part of (see Event.More): a list older than it would take the
+// part back out.
 func (r *Reflector[T]) relistVersion() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -359,6 +361,8 @@ func (r *Reflector[T]) relistVersion() string {
 		return ""
 	case r.listFloor != "":
 		return r.listFloor
+	case r.change.rv != "":
+		return r.change.rv
 	case r.lastRV == "":
 		return "0"
 	}

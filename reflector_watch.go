@@ -50,6 +50,9 @@ func (r *Reflector[T]) watch(ctx context.Context, w Watcher[T]) (relistNow bool)
 			}
 			r.stats.watches.Add(1)
 			r.reachable()
+			// A watch from the last complete version brings the change
+			// the last one broke inside of again, from its start.
+			r.change.skip = r.change.passed
 			if r.resumed != nil {
 				resumed := r.resumed
 				r.resumed = nil
@@ -143,6 +146,9 @@ func (r *Reflector[T]) consume(ctx context.Context, w Watcher[T]) (n int, err er
 func (r *Reflector[T]) apply(ev Event[T]) {
 	r.stats.events.Add(1)
 	r.eventsSinceList++
+	if r.change.repeated(at(ev)) {
+		return
+	}
 	var err error
 	r.lockStore()
 	switch {
@@ -166,6 +172,51 @@ func (r *Reflector[T]) apply(ev Event[T]) {
 	// broke before the rest came must start again at the change.
 	if ev.ResourceVersion != "" && !ev.More {
 		r.confirmed(ev.ResourceVersion, ev.Type == EventBookmark)
+	}
+	r.change.handed(at(ev))
+}
+
+// openChange is the change at the source (see Event.More) that the
+// Reflector has handed part of to the store. A watch that breaks inside
+// it is opened again from the last complete version, and brings the
+// change again from its start: the events the store has had already are
+// passed over, or the store would apply them twice, and an informer's
+// handlers would see an update from each of those states to itself.
+type openChange struct {
+	rv string // the change's version; "" if none is open
+	// passed counts the change's events handed to the store; skip, how
+	// many of those the current watch has yet to bring again.
+	passed, skip int
+}
+
+// repeated reports whether the event at pos is one of the change's events
+// that the store had before the watch broke, brought again by the watch
+// since.
+func (c *openChange) repeated(pos position) bool {
+	if c.skip == 0 || pos.rv == "" {
+		return false
+	}
+	if pos.rv == c.rv && pos.more {
+		c.skip--
+		return true
+	}
+	// The source did not bring the change again as Event.More says it
+	// must: what it brings now is new, and is handed on.
+	*c = openChange{}
+	return false
+}
+
+// handed records that the event at pos was handed to the store.
+func (c *openChange) handed(pos position) {
+	switch {
+	case pos.rv == "":
+	case pos.more:
+		if pos.rv != c.rv {
+			*c = openChange{rv: pos.rv}
+		}
+		c.passed++
+	default:
+		*c = openChange{}
 	}
 }
 

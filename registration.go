@@ -45,8 +45,12 @@ func (l *listener[K, T]) syncedChan() <-chan struct{} {
 
 // AddEventHandler registers h. It may be called before Run or while Run
 // runs. A handler added to a running informer first receives every cached
-// object as OnAdd(obj, true), then every later change. Once Run's context
-// has ended it returns ErrStopped.
+// object as OnAdd(obj, true), then every later change. A handler added
+// while Run loads a checkpoint (see CheckpointOptions) is one registered
+// before Run: once the load is complete it receives the checkpoint's
+// objects, each once, unless HandlerOptions.ChangesOnly is set, then every
+// later change. Once the context given to Run has ended, even before Run
+// has returned, it returns ErrStopped.
 //
 // client-go's AddEventHandler(h) is AddEventHandler(h, HandlerOptions{})
 // here, and its AddEventHandlerWithResyncPeriod(h, p) is
@@ -71,7 +75,7 @@ func (inf *Informer[K, T]) AddEventHandler(h Handler[T], opts HandlerOptions) (*
 	inf.applyMu.Lock()
 	err := inf.proc.add(l, func() {
 		l.follow(&inf.proc.feed)
-		if inf.started.Load() {
+		if inf.live {
 			l.replay(inf.cache.All(), l.pos.seq)
 		}
 	})
