@@ -57,10 +57,12 @@ func (lw *ListWatcher[V]) diagnose(ctx context.Context) string {
 		}
 		return "connected, and etcd answers a health check: the request itself took too long"
 	case codes.Unavailable:
+		// etcd answers a health check with a status, never with an
+		// error: this one is the client's.
 		if desc, ok := strings.CutPrefix(s.Message(), "connection error: desc = "); ok {
 			return connFailure(desc)
 		}
-		return "connected, but etcd answers a health check with: " + s.Message()
+		return "connection lost: " + s.Message()
 	case codes.DeadlineExceeded:
 		if conn.GetState() == connectivity.Ready {
 			return fmt.Sprintf("connected, but etcd did not answer a health check within %v either (a paused or overloaded member?)", diagnoseTimeout)
@@ -91,10 +93,14 @@ func connFailure(desc string) string {
 		reason = "DNS lookup failed"
 	case handshake, strings.Contains(desc, "tls:"), strings.Contains(desc, "x509:"):
 		reason = "TLS handshake failed"
+	case strings.Contains(desc, "server preface") && strings.Contains(desc, "HTTP/1"):
+		reason = "not a gRPC server: it answers in HTTP/1"
 	case strings.Contains(desc, "server preface"):
-		// The endpoint answered, but not as a gRPC server: most often
-		// a TLS port reached without TLS.
-		reason = "no gRPC handshake: a TLS endpoint reached without TLS, or not etcd"
+		// The endpoint took the connection but closed it, or said
+		// something else, before speaking gRPC: a TLS port reached
+		// without TLS does that, and so does a proxy with no etcd
+		// behind it.
+		reason = "no gRPC handshake: does the endpoint expect TLS? is etcd behind it?"
 	case strings.Contains(desc, "timeout"), strings.Contains(desc, "deadline exceeded"):
 		reason = "timeout"
 	default:

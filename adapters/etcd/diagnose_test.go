@@ -123,7 +123,16 @@ func TestList_UnansweredReadSaysWhyTheClientGotNoAnswer(t *testing.T) {
 				t.Cleanup(srv.Close)
 				return "http://" + srv.Listener.Addr().String()
 			},
-			want: []string{"cannot connect (no gRPC handshake: a TLS endpoint reached without TLS, or not etcd)"},
+			want: []string{"cannot connect (no gRPC handshake: does the endpoint expect TLS? is etcd behind it?)"},
+		},
+		{
+			name: "HTTP/1 server",
+			endpoint: func(t *testing.T) string {
+				srv := httptest.NewServer(http.NotFoundHandler())
+				t.Cleanup(srv.Close)
+				return "http://" + srv.Listener.Addr().String()
+			},
+			want: []string{"cannot connect (not a gRPC server: it answers in HTTP/1)"},
 		},
 		{
 			name:     "server that never answers the connection",
