@@ -2,7 +2,9 @@ package mirror
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"slices"
 	"time"
 )
@@ -15,8 +17,9 @@ import (
 // A checkpoint is written every Interval while Run runs and once more when
 // Run returns, each time atomically (to a temporary file beside Path,
 // synced, then renamed over it), so a crash leaves the previous checkpoint
-// or the new one, never a broken one. Run loads it before it lists: a
-// checkpoint that is missing, truncated, corrupt, in another format or
+// or the new one, never a broken one. Run loads it before it lists: with
+// no file at Path, as on a first start, Run logs so at level Info and
+// lists; a checkpoint that is truncated, corrupt, in another format or
 // written for another Identity is reported (a *CheckpointError) and
 // ignored, and the informer lists as it would without one. Run also
 // removes the temporary files that a process killed while writing left
@@ -99,6 +102,11 @@ func (c *checkpointer[K, T]) load() string {
 	})
 	if err == nil && h.version == "" {
 		err = &CheckpointError{Op: "load", Path: c.path, Err: fmt.Errorf("%w: no version", ErrCheckpointInvalid)}
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		// A first start: nothing went wrong.
+		inf.logger.Info("no checkpoint yet, listing", "path", c.path)
+		return ""
 	}
 	if err != nil {
 		inf.checkpointErrors.Add(1)

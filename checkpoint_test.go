@@ -2,6 +2,7 @@ package mirror_test
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -126,9 +127,37 @@ func TestInformer_ResumesFromACheckpointWithExactlyTheChangesMadeWhileDown(t *te
 	}
 }
 
+// A first start finds no checkpoint: that is no failure. The informer
+// says so at level Info and lists; nothing is reported.
+func TestInformer_MissingCheckpointIsAFirstStartNotAFailure(t *testing.T) {
+	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
+		path := filepath.Join(t.TempDir(), "cp")
+		src := &countingSource{Source: memsource.New(itemKey, memsource.Options{})}
+		src.Put(item{Name: "a", Val: 1})
+		logs, errs := &lockedBuffer{}, &errorLog{}
+		inf := mirror.NewInformer(src, mirror.InformerOptions[string, item]{
+			KeyFunc: itemKey, Queue: kind, ErrorHandler: errs.add,
+			Logger:     slog.New(slog.NewTextHandler(logs, nil)),
+			Checkpoint: mirror.CheckpointOptions[item]{Path: path},
+		})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- inf.Run(ctx) }()
+		synctest.Wait()
+		require.True(t, inf.HasSynced())
+		assert.Equal(t, 1, inf.Len())
+		assert.EqualValues(t, 1, src.lists.Load(), "listed")
+		assert.Empty(t, errs.all(), "nothing reported")
+		assert.Zero(t, inf.Stats().CheckpointErrors)
+		assert.Contains(t, logs.String(), `level=INFO msg="no checkpoint yet, listing" path=`+path)
+		assert.NotContains(t, logs.String(), "level=WARN")
+		cancel()
+		require.NoError(t, <-done)
+	})
+}
+
 func TestInformer_UnusableCheckpointIsReportedAndTheSourceListed(t *testing.T) {
 	write := map[string]func(path string){
-		"missing":   func(string) {},
 		"truncated": func(path string) { truncate(path) },
 		"corrupt":   func(path string) { flipByte(path, 40) },
 		"not a checkpoint": func(path string) {
@@ -143,7 +172,6 @@ func TestInformer_UnusableCheckpointIsReportedAndTheSourceListed(t *testing.T) {
 				src := &countingSource{Source: memsource.New(itemKey, memsource.Options{})}
 				src.Put(item{Name: "a", Val: 1})
 				switch name {
-				case "missing":
 				case "another identity":
 					inf := mirror.NewInformer(src, mirror.InformerOptions[string, item]{KeyFunc: itemKey,
 						Checkpoint: mirror.CheckpointOptions[item]{Path: path, Identity: "another source"}})
@@ -164,11 +192,7 @@ func TestInformer_UnusableCheckpointIsReportedAndTheSourceListed(t *testing.T) {
 				require.Len(t, c.errs.all(), 1)
 				require.ErrorAs(t, c.errs.all()[0], &ce)
 				assert.Equal(t, "load", ce.Op)
-				if name == "missing" {
-					assert.ErrorIs(t, ce, os.ErrNotExist)
-				} else {
-					assert.ErrorIs(t, ce, mirror.ErrCheckpointInvalid)
-				}
+				assert.ErrorIs(t, ce, mirror.ErrCheckpointInvalid)
 				assert.Equal(t, []string{"add a=1 initial=true", "add b=1 initial=true"}, sorted(c.changes.take()),
 					"a full list; without a checkpoint, changes-only handlers get it all")
 				assert.Equal(t, 2, c.inf.Len())

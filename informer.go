@@ -111,10 +111,12 @@ type InformerOptions[K comparable, T any] struct {
 
 	// ErrorHandler sees every failure: failed lists and watches, objects
 	// skipped (*ObjectError, *KeyError, *IndexError) and handler panics
-	// (*HandlerPanicError). Nil means logging them through Logger: at
-	// Warn, but a handler's panic at Error with the handler's name and
-	// the stack, and an error identical to one logged in the last minute
-	// only as a count the next time it is logged.
+	// (*HandlerPanicError). An object skipped by a watch is reported
+	// before handlers see it leave (OnDelete with finalStateUnknown). Nil
+	// means logging them through Logger: at Warn, but a handler's panic
+	// at Error with the handler's name and the stack, and an error
+	// identical to one logged in the last minute only as a count the next
+	// time it is logged.
 	ErrorHandler func(err error)
 
 	// Logger receives the informer's logs; nil means slog.Default(). To

@@ -42,11 +42,14 @@ type ReflectorOptions struct {
 	// *ObjectError, each state of each object reported once however many
 	// relists meet it again) and errors from the store (such as
 	// *KeyError). Each error says what the Reflector was doing and wraps
-	// the cause, so errors.Is and errors.As classify it. Calls are never
-	// concurrent, but they may come from different goroutines, so the
-	// handler must return quickly. nil means logging each error at level
-	// Warn through Logger, but an error identical to one logged in the
-	// last minute only as a count the next time it is logged.
+	// the cause, so errors.Is and errors.As classify it; a failed watch's
+	// error also names the version it reached and says what the Reflector
+	// does next. An object an EventError evicts is reported before the
+	// store drops it. Calls are never concurrent, but they may come from
+	// different goroutines, so the handler must return quickly. nil means
+	// logging each error at level Warn through Logger, but an error
+	// identical to one logged in the last minute only as a count the next
+	// time it is logged.
 	ErrorHandler func(err error)
 
 	// Logger receives the Reflector's logs; nil means slog.Default(). To

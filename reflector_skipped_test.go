@@ -96,3 +96,29 @@ func TestReflector_SkippedObjectIsReportedOncePerState(t *testing.T) {
 		g.stopRun()
 	})
 }
+
+// An ErrorHandler learns why an object goes before the store drops it, so
+// that whatever tells handlers of the removal (an informer's OnDelete with
+// finalStateUnknown) comes after the reason.
+func TestReflector_SkippedObjectIsReportedBeforeItsEviction(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lw, rec := newFakeLW(), newRecStore()
+		report := func(err error) {
+			var oe *ObjectError
+			if errors.As(err, &oe) {
+				_ = rec.record("report", tobj{Key: oe.Key})
+			}
+		}
+		r := NewReflector[tobj](lw, evictingStore{rec}, ReflectorOptions{ErrorHandler: report})
+		lw.page("10", "", tobj{"a", "1"})
+		lw.watch(step{ev: Event[tobj]{Type: EventError, Object: tobj{Key: "a"}, ResourceVersion: "12",
+			KeyOnly: true, Err: badValue("a", "12")}})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan struct{})
+		go func() { defer close(done); r.Run(ctx) }()
+		synctest.Wait()
+		assert.Equal(t, []string{"replace@10 [a=1]", "report a=", "evict a="}, rec.Log())
+		cancel()
+		<-done
+	})
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"regexp"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -1082,6 +1083,38 @@ func BenchmarkReflector_ApplyWatchEvents(b *testing.B) {
 			events := float64(b.N) * perStream
 			b.ReportMetric(events/b.Elapsed().Seconds(), "events/s")
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/events, "ns/event")
+		})
+	}
+}
+
+// A watch that fails after its events took the Reflector on is reported
+// with the version it reached, not only the one it started from (an
+// expiry is about the version reached), and with what the Reflector does
+// next.
+func TestReflector_WatchErrorNamesTheVersionReachedAndWhatComesNext(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		next string
+	}{
+		{errSrcExpired, "; listing again"},
+		{errSrcUnavailable, `; watching again from version "13" after a pause`},
+		{errBoom, "; listing again after a pause"},
+	} {
+		t.Run(tc.err.Error(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				g := newRig(ReflectorOptions{Jitter: noJitter})
+				g.lw.page("10", "")
+				g.lw.watch(addedEvent("a", "1", "11"), modified("a", "2", "12"), bookmark("13"), end(tc.err))
+				g.lw.page("20", "")
+				g.lw.watch()
+				g.runFor(t, time.Minute)
+				require.NotEmpty(t, g.errs.Errors())
+				err := g.errs.Errors()[0]
+				require.ErrorIs(t, err, tc.err)
+				assert.ErrorContains(t, err, `watch from version "10", reached "13": `)
+				assert.Regexp(t, regexp.QuoteMeta(tc.next)+"$", err.Error())
+				g.stopRun()
+			})
 		})
 	}
 }

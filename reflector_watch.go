@@ -42,7 +42,7 @@ func (r *Reflector[T]) watch(ctx context.Context, w Watcher[T]) (relistNow bool)
 				if ctx.Err() != nil {
 					return false
 				}
-				if !r.watchFailed(ctx, rv, err) {
+				if !r.watchFailed(ctx, rv, rv, err) {
 					return r.relistAfter(err)
 				}
 				restart = &r.stats.restartsUnavailable
@@ -66,6 +66,7 @@ func (r *Reflector[T]) watch(ctx context.Context, w Watcher[T]) (relistNow bool)
 		n, err := r.consume(ctx, w)
 		w.Stop()
 		w = nil
+		reached := r.lastVersion()
 		restart = &r.stats.restartsClosed
 		if n > 0 {
 			// The source delivered: whatever failed before is over, and
@@ -78,12 +79,12 @@ func (r *Reflector[T]) watch(ctx context.Context, w Watcher[T]) (relistNow bool)
 		case errors.Is(err, io.EOF):
 			if n == 0 && time.Since(start) < shortWatch {
 				restart = &r.stats.restartsShort
-				r.fail(&r.stats.watchErrors, r.errorf("watch from version %q: %w", rv, errVeryShortWatch))
+				r.fail(&r.stats.watchErrors, r.errorf("%s: %w", watchName(rv, reached), errVeryShortWatch))
 				if !r.pause(ctx) {
 					return false
 				}
 			}
-		case !r.watchFailed(ctx, rv, err):
+		case !r.watchFailed(ctx, rv, reached, err):
 			return r.relistAfter(err)
 		default:
 			restart = &r.stats.restartsUnavailable
@@ -91,14 +92,38 @@ func (r *Reflector[T]) watch(ctx context.Context, w Watcher[T]) (relistNow bool)
 	}
 }
 
-// watchFailed reports err, which ended a watch from rv, and pauses if it
-// says the source is unavailable. It returns whether to watch again from
-// the last version seen; if not, a relist is needed.
-func (r *Reflector[T]) watchFailed(ctx context.Context, rv string, err error) (rewatch bool) {
-	r.fail(&r.stats.watchErrors, r.errorf("watch from version %q: %w", rv, err))
+// watchFailed reports err, which ended a watch from version from after
+// it had reached version reached, and pauses if err says the source is
+// unavailable. It returns whether to watch again from the last version
+// seen; if not, a relist is needed.
+func (r *Reflector[T]) watchFailed(ctx context.Context, from, reached string, err error) (rewatch bool) {
+	r.fail(&r.stats.watchErrors, r.errorf("%s: %w; %s", watchName(from, reached), err, afterWatchError(err, reached)))
 	// An unavailable source still has the history after the version the
 	// Reflector holds; a relist would only add load when it comes back.
 	return errors.Is(err, ErrUnavailable) && r.pause(ctx)
+}
+
+// watchName names a watch in an error: by the version it started from
+// and, if its events took the Reflector further, the version it reached,
+// which is where a new watch starts and what an expiry is about.
+func watchName(from, reached string) string {
+	if reached == from {
+		return fmt.Sprintf("watch from version %q", from)
+	}
+	return fmt.Sprintf("watch from version %q, reached %q", from, reached)
+}
+
+// afterWatchError says what the Reflector does after err ended a watch
+// that reached version rv (see watch).
+func afterWatchError(err error, rv string) string {
+	switch {
+	case errors.Is(err, ErrUnavailable):
+		return fmt.Sprintf("watching again from version %q after a pause", rv)
+	case isGone(err):
+		return "listing again"
+	default:
+		return "listing again after a pause"
+	}
 }
 
 // relistAfter decides how to relist after err ended watching: at once if
@@ -149,6 +174,11 @@ func (r *Reflector[T]) apply(ev Event[T]) {
 	if r.change.repeated(at(ev)) {
 		return
 	}
+	if ev.Type == EventError {
+		// Before the store has the eviction, so that the ErrorHandler
+		// has learnt why an object goes before any handler sees it go.
+		r.reportSkipped(r.errorf("watch at version %q: %w", ev.ResourceVersion, eventErr(ev)), nil)
+	}
 	var err error
 	r.lockStore()
 	switch {
@@ -158,9 +188,6 @@ func (r *Reflector[T]) apply(ev Event[T]) {
 		err = r.applyToStore(ev)
 	}
 	r.unlockStore()
-	if ev.Type == EventError {
-		r.reportSkipped(r.errorf("watch at version %q: %w", ev.ResourceVersion, eventErr(ev)), nil)
-	}
 	if err != nil {
 		r.stats.storeErrors.Add(1)
 		r.report(r.errorf("%v event at version %q: %w", ev.Type, ev.ResourceVersion, err))

@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -39,10 +40,15 @@ func (lw *ListWatcher[V]) clientClosed(ctx context.Context) error {
 
 // wrapError is the package's wrapError for a call with lw's client, which
 // it says was closed, if it was, instead of reporting the error the
-// closed client caused.
+// closed client caused. A call that ran out of Options.RequestTimeout
+// says so, with what the client's connection tells of why (see
+// diagnose).
 func (lw *ListWatcher[V]) wrapError(ctx context.Context, err error, format string, args ...any) error {
 	if cerr := lw.clientClosed(ctx); cerr != nil {
 		return cerr
+	}
+	if d := lw.opts.requestTimeout(); d > 0 && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		err = &noAnswerError{what: fmt.Sprintf("no answer within %v", d), diagnosis: lw.diagnose(ctx), err: err}
 	}
 	return wrapError(ctx, err, format, args...)
 }

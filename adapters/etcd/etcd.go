@@ -72,9 +72,12 @@ type Options struct {
 	// RequestTimeout bounds each read of a list page, the wait for each
 	// chunk of a list read by ListChunks (not the whole list), and the
 	// start of each watch, so that a member that accepts a connection but
-	// never answers yields mirror.ErrUnavailable instead of a hang. Zero means 30
-	// seconds; a negative value means no bound other than the caller's
-	// context.
+	// never answers yields mirror.ErrUnavailable instead of a hang. The
+	// error then says what the client's connection tells of why, where
+	// it can: a refused connection, a failed DNS lookup, a failed TLS
+	// handshake, a connection not made in time, or a connection up to a
+	// member that does not answer. Zero means 30 seconds; a negative
+	// value means no bound other than the caller's context.
 	RequestTimeout time.Duration
 
 	// ProgressInterval paces how a watch tells a quiet prefix from a

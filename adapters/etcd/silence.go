@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"time"
-
-	"github.com/listwatch/mirror"
 )
 
 // A watch of a quiet prefix hears nothing from etcd for as long as nobody
@@ -137,13 +135,13 @@ func (w *watcher[V]) tick(ctx context.Context) error {
 	w.quiet++
 	switch {
 	case w.quiet >= silentSteps:
-		return fmt.Errorf("etcd: watch %q from rev %d: %w: no answer from etcd for %v",
-			w.lw.prefix, w.from, mirror.ErrUnavailable, time.Duration(w.quiet)*w.step)
+		return w.noAnswer(ctx, fmt.Sprintf("etcd did not answer for %v: no event, no answer to progress requests",
+			time.Duration(w.quiet)*w.step), nil)
 	case w.ahead && w.quiet > askSteps:
 		w.ahead = false
 		// A member that is gone does not accept the new watch: it gets
 		// what is left of the allowance, not more.
-		if err := w.open(ctx, w.from-1, w.allowance()); err != nil {
+		if err := w.open(ctx, w.from-1, w.allowance(), time.Duration(w.quiet)*w.step); err != nil {
 			return err
 		}
 		// etcd accepted the watch: that was a message. The new watch

@@ -73,7 +73,7 @@ func (lw *ListWatcher[V]) Watch(ctx context.Context, opts mirror.WatchOptions) (
 		}
 	}
 
-	w := &watcher[V]{lw: lw, from: after + 1, bookmarks: opts.AllowBookmarks}
+	w := &watcher[V]{lw: lw, from: after + 1, reached: after, bookmarks: opts.AllowBookmarks}
 	wctx, stop := context.WithCancelCause(ctx)
 	w.ctx, w.stop = wctx, stop
 	if opts.Timeout > 0 {
@@ -105,7 +105,7 @@ func (lw *ListWatcher[V]) Watch(ctx context.Context, opts mirror.WatchOptions) (
 		start = 0
 	}
 	w.ahead = start > 0
-	if err := w.open(ctx, start, lw.opts.requestTimeout()); err != nil {
+	if err := w.open(ctx, start, lw.opts.requestTimeout(), 0); err != nil {
 		return nil, err
 	}
 	if interval > 0 {
@@ -118,9 +118,11 @@ func (lw *ListWatcher[V]) Watch(ctx context.Context, opts mirror.WatchOptions) (
 // open starts the client's watch at rev (0: from now), ending the one it
 // replaces, if any. etcd accepts a watch before the client returns it; if
 // that takes longer than timeout (no bound if it is not positive), the
-// whole watch ends and open reports the member unavailable. If ctx, the
-// caller's, ends first, the whole watch ends and open returns ctx.Err().
-func (w *watcher[V]) open(ctx context.Context, rev int64, timeout time.Duration) error {
+// whole watch ends and open reports the member unavailable, counting
+// silent, how long the watch had heard nothing before, into the silence.
+// If ctx, the caller's, ends first, the whole watch ends and open returns
+// ctx.Err().
+func (w *watcher[V]) open(ctx context.Context, rev int64, timeout, silent time.Duration) error {
 	var buf [4]clientv3.OpOption
 	ops := append(buf[:0], clientv3.WithRange(w.lw.end))
 	if w.lw.opts.PrevValues {
@@ -148,8 +150,12 @@ func (w *watcher[V]) open(ctx context.Context, rev int64, timeout time.Duration)
 	stop()
 	if timer != nil && !timer.Stop() {
 		w.release()
-		return fmt.Errorf("etcd: watch %q from rev %d: %w: etcd did not accept the watch within %v: %w",
-			w.lw.prefix, w.from, mirror.ErrUnavailable, timeout, context.DeadlineExceeded)
+		what := fmt.Sprintf("etcd did not accept the watch within %v", timeout)
+		if silent > 0 {
+			what = fmt.Sprintf("etcd did not answer for %v: no event, no answer to progress requests, and a new watch not accepted within %v",
+				silent+timeout, timeout)
+		}
+		return w.noAnswer(ctx, what, context.DeadlineExceeded)
 	}
 	if err := ctx.Err(); err != nil {
 		w.release()
@@ -166,9 +172,10 @@ type watcher[V any] struct {
 	ctx  context.Context
 	stop context.CancelCauseFunc
 	// from is the first revision the caller asked for (1 for "from
-	// now"); events before it are dropped.
-	from      int64
-	bookmarks bool
+	// now"); events before it are dropped. reached is the revision of the
+	// last event or bookmark handed out whole (from-1 before any).
+	from, reached int64
+	bookmarks     bool
 	// start is where the client's watch started (0: from now); cancel
 	// ends it.
 	start  int64
@@ -222,6 +229,9 @@ func (w *watcher[V]) Next(ctx context.Context) (mirror.Event[Object[V]], error) 
 				// The events of one transaction share its revision
 				// and come in one response.
 				e.More = w.next < len(w.events) && w.events[w.next].Kv.ModRevision == ev.Kv.ModRevision
+				if !e.More {
+					w.reached = ev.Kv.ModRevision
+				}
 				return e, nil
 			}
 		}
@@ -248,15 +258,19 @@ func (w *watcher[V]) Next(ctx context.Context) (mirror.Event[Object[V]], error) 
 					// itself is still there. etcd just answered:
 					// the start may take the whole allowance.
 					w.quiet = 0
-					if err := w.open(ctx, w.from, w.allowance()); err != nil {
+					if err := w.open(ctx, w.from, w.allowance(), 0); err != nil {
 						return zero, w.fail(err)
 					}
 					continue
 				}
-				return zero, w.fail(w.lw.wrapError(w.ctx, err, "etcd: watch %q from rev %d", w.lw.prefix, w.from))
+				if c := resp.CompactRevision; c != 0 {
+					err = fmt.Errorf("etcd compacted at rev %d: %w", c, err)
+				}
+				return zero, w.fail(w.lw.wrapError(w.ctx, err, "%s", w.name()))
 			}
 			if resp.IsProgressNotify() {
 				if w.bookmarks {
+					w.reached = resp.Header.Revision
 					return mirror.Event[Object[V]]{
 						Type:            mirror.EventBookmark,
 						ResourceVersion: formatRev(resp.Header.Revision),
@@ -324,6 +338,25 @@ func (w *watcher[V]) deletion(key []byte, prev *mvccpb.KeyValue, rv string) mirr
 	}
 	ev.Object, ev.KeyOnly = Object[V]{Key: string(key)}, true
 	return ev
+}
+
+// name names the watch in an error: by its prefix, the revision it
+// started from and, once it has handed out a later one, the revision it
+// reached, from which a new watch would go on.
+func (w *watcher[V]) name() string {
+	if w.reached >= w.from {
+		return fmt.Sprintf("etcd: watch %q from rev %d, reached rev %d", w.lw.prefix, w.from, w.reached)
+	}
+	return fmt.Sprintf("etcd: watch %q from rev %d", w.lw.prefix, w.from)
+}
+
+// noAnswer is the error that ends a watch whose member did not answer in
+// time: what says what etcd did not do, and the client's connection adds
+// why, where it can tell (see diagnose). It wraps mirror.ErrUnavailable
+// and cause, if not nil.
+func (w *watcher[V]) noAnswer(ctx context.Context, what string, cause error) error {
+	return fmt.Errorf("%s: %w: %w", w.name(), mirror.ErrUnavailable,
+		&noAnswerError{what: what, diagnosis: w.lw.diagnose(ctx), err: cause})
 }
 
 // endError is the error for a watch whose channel closed or whose context

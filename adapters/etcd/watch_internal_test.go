@@ -479,3 +479,56 @@ func TestWatcher_PutThatFailsToDecodeIsOneKeyOnlyError(t *testing.T) {
 		})
 	}
 }
+
+// A watch that etcd ends for compaction after it has handed out later
+// revisions says how far it got and where etcd compacted, not only where
+// it started: the client resumes its stream after a reconnection from its
+// last revision, so "from rev 52" says nothing of what was lost.
+func TestWatcher_CompactionErrorNamesTheRevisionReachedAndTheCompaction(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fw := &fakeWatcher{}
+		w := startFakeWatch(t, fw, Options{}, mirror.WatchOptions{ResourceVersion: "51", AllowBookmarks: true})
+		wt := fw.watch(0)
+		wt.ch <- clientv3.WatchResponse{Header: header(60), Events: []*clientv3.Event{put("/p/a", "x", 60, 60, 1)}}
+		wt.ch <- clientv3.WatchResponse{Header: header(204)} // a progress notification
+		wt.ch <- clientv3.WatchResponse{Header: header(310), CompactRevision: 300, Canceled: true}
+		for range 2 {
+			_, err := w.Next(t.Context())
+			require.NoError(t, err)
+		}
+		_, err := w.Next(t.Context())
+		require.ErrorIs(t, err, mirror.ErrExpired)
+		require.ErrorIs(t, err, rpctypes.ErrCompacted)
+		assert.ErrorContains(t, err, `etcd: watch "/p/" from rev 52, reached rev 204: `)
+		assert.ErrorContains(t, err, "etcd compacted at rev 300")
+	})
+}
+
+// A member that stops answering ends the watch with an error that says
+// so: how long etcd said nothing and what the watch waited for, not that
+// etcd did not accept a watch, which reads as a refusal of a new one.
+func TestWatcher_SilentMemberErrorSaysEtcdDidNotAnswer(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		rv    string
+		quiet func(fw *fakeWatcher)
+		want  []string
+	}{
+		{"paused", "", func(*fakeWatcher) {}, nil},
+		{"paused, watch ahead of the store", "5", (*fakeWatcher).memberGone,
+			[]string{"and a new watch not accepted within 750ms"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fw := &fakeWatcher{}
+				w := startFakeWatch(t, fw, Options{ProgressInterval: time.Second}, mirror.WatchOptions{ResourceVersion: tc.rv})
+				tc.quiet(fw)
+				_, err := w.Next(t.Context())
+				require.ErrorIs(t, err, mirror.ErrUnavailable)
+				for _, want := range append([]string{"etcd did not answer for 2s", "no event, no answer to progress requests"}, tc.want...) {
+					assert.ErrorContains(t, err, want)
+				}
+			})
+		})
+	}
+}

@@ -22,7 +22,7 @@ type demoWriter struct {
 	next   int      // next new service number
 	seeded int      // services svc-00000 to this one were seeded
 	rng    *rand.Rand
-	broken bool // whether the undecodable value was written
+	broken bool // whether a service's value was made undecodable
 }
 
 func (d *demoWriter) put(ctx context.Context, name string) (int64, error) {
@@ -71,13 +71,16 @@ func (d *demoWriter) run(ctx context.Context, n int, p *printer) (int64, error) 
 	var err error
 	for i := range n {
 		switch {
-		case i == n/2 && !d.broken:
-			resp, err := d.client.Put(ctx, d.prefix+"broken", "{not json")
+		case i == n/2 && !d.broken && len(d.live) > 0:
+			// A service whose value stops decoding: the mirror
+			// reports it and drops the key. It stays broken.
+			name := d.take(rng.IntN(len(d.live)))
+			resp, err := d.client.Put(ctx, d.prefix+name, "{not json")
 			if err != nil {
 				return 0, fmt.Errorf("demo put: %w", err)
 			}
 			rev, d.broken = resp.Header.Revision, true
-			p.event("wrote  %sbroken = {not json  (the mirror reports it and skips it)", d.prefix)
+			p.event("wrote  %s%s = {not json  (the mirror reports it and drops the key)", d.prefix, name)
 		case rng.IntN(4) == 0 && len(d.live) > 0:
 			if rev, err = d.delete(ctx, d.take(rng.IntN(len(d.live)))); err != nil {
 				return 0, err

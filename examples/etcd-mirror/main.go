@@ -20,6 +20,17 @@
 //	go run ./examples/etcd-mirror --endpoints https://10.0.0.1:2379 \
 //	    --cacert ca.pem --cert client.pem --key client-key.pem --prefix /services/
 //
+// A cluster with password authentication takes --user and --password, or,
+// as etcdctl does, --user name:password; their defaults come from
+// ETCDCTL_USER and ETCDCTL_PASSWORD, which keep the password off the
+// command line.
+//
+// The first sync must complete within --sync-timeout (30s by default): if
+// it does not (etcd unreachable, credentials refused), the program says why
+// and exits with status 1, as for any other failure. Ctrl-C or SIGTERM is
+// a normal stop, in either mode and at any time: the program prints the
+// summary so far and exits with status 0.
+//
 // With --metrics-addr it serves the mirror's metrics for Prometheus (see
 // adapters/mirrorprom) at /metrics on that address:
 //
@@ -73,8 +84,10 @@ type config struct {
 	endpoints         string
 	prefix            string
 	cacert, cert, key string
+	user, password    string
 	seed, changes     int
 	duration          time.Duration
+	syncTimeout       time.Duration
 	quiet             bool
 	metricsAddr       string
 }
@@ -88,9 +101,12 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.StringVar(&c.cacert, "cacert", "", "CA bundle to verify the servers (with --endpoints)")
 	fs.StringVar(&c.cert, "cert", "", "client certificate (with --endpoints)")
 	fs.StringVar(&c.key, "key", "", "client key (with --endpoints)")
+	fs.StringVar(&c.user, "user", "", "user name, or name:password, for a cluster with password authentication (with --endpoints; default $ETCDCTL_USER)")
+	fs.StringVar(&c.password, "password", "", "password of --user (with --endpoints; default $ETCDCTL_PASSWORD, which keeps it off the command line)")
 	fs.IntVar(&c.seed, "seed", 5000, "demo: keys written before the mirror starts")
 	fs.IntVar(&c.changes, "changes", 300, "demo: changes written while the mirror runs")
 	fs.DurationVar(&c.duration, "duration", 0, "stop after this long, initial sync included (0: until interrupted, or the demo's end)")
+	fs.DurationVar(&c.syncTimeout, "sync-timeout", 30*time.Second, "fail if the initial sync has not completed in this long (0: wait as long as it takes)")
 	fs.BoolVar(&c.quiet, "quiet", false, "print only the summary")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", `address to serve Prometheus metrics on at /metrics, such as ":9090" (default: none)`)
 	if err := fs.Parse(args); err != nil {
@@ -101,6 +117,29 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	}
 	if c.prefix == "" {
 		return c, errors.New("--prefix must not be empty")
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if c.endpoints == "" {
+		if set["user"] || set["password"] {
+			return c, errors.New("--user and --password need --endpoints: the demo's etcd has no users")
+		}
+		return c, nil
+	}
+	if !set["user"] {
+		c.user = os.Getenv("ETCDCTL_USER")
+	}
+	if !set["password"] {
+		c.password = os.Getenv("ETCDCTL_PASSWORD")
+	}
+	if name, pass, ok := strings.Cut(c.user, ":"); ok && c.password == "" {
+		c.user, c.password = name, pass
+	}
+	switch {
+	case c.user == "" && c.password != "":
+		return c, errors.New("--password needs --user")
+	case c.user != "" && c.password == "":
+		return c, fmt.Errorf("--user %q needs a password: --password, $ETCDCTL_PASSWORD or --user name:password", c.user)
 	}
 	return c, nil
 }
@@ -124,6 +163,10 @@ func (p *printer) printf(format string, args ...any) {
 	fmt.Fprintf(p.out, format+"\n", args...)
 }
 
+// errDurationOver is the cause of the end of run's context when
+// --duration is over.
+var errDurationOver = errors.New("--duration over")
+
 func run(ctx context.Context, args []string, out io.Writer) error {
 	cfg, err := parseFlags(args, out)
 	if errors.Is(err, flag.ErrHelp) {
@@ -134,10 +177,11 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	if cfg.duration > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, cfg.duration)
+		ctx, cancel = context.WithTimeoutCause(ctx, cfg.duration, errDurationOver)
 		defer cancel()
 	}
 	p := &printer{out: out, quiet: cfg.quiet}
+	warnAboutPrefix(cfg.prefix, p)
 	var metrics mirror.Metrics // nil: none
 	if cfg.metricsAddr != "" {
 		m, stop, err := serveMetrics(cfg.metricsAddr, p)
@@ -153,28 +197,45 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	return runCluster(ctx, cfg, metrics, p)
 }
 
+// warnAboutPrefix warns about a prefix that does not end in "/": etcd
+// prefixes are byte prefixes, so "/app/config" takes in
+// "/app/configuration/x" too, which is seldom what was meant.
+func warnAboutPrefix(prefix string, p *printer) {
+	if strings.HasSuffix(prefix, "/") {
+		return
+	}
+	p.printf("warning: --prefix %q does not end in \"/\", so it also mirrors keys such as %q and %q; for only the keys under it, use --prefix %q",
+		prefix, prefix+"-old", prefix+"uration/x", prefix+"/")
+}
+
 // runCluster mirrors a real cluster's prefix until ctx ends.
 func runCluster(ctx context.Context, cfg config, metrics mirror.Metrics, p *printer) error {
 	tlsConfig, err := clientTLS(cfg)
 	if err != nil {
 		return err
 	}
-	client, err := newClient(strings.Split(cfg.endpoints, ","), tlsConfig)
+	endpoints := strings.Split(cfg.endpoints, ",")
+	// Authentication, if any, counts towards the first sync.
+	start := time.Now()
+	client, err := newClient(ctx, endpoints, tlsConfig, cfg.user, cfg.password, cfg.syncTimeout)
 	if err != nil {
-		return err
+		if ctx.Err() != nil {
+			return stoppedEarly(ctx, cfg, err, p)
+		}
+		return whyNoAuth(ctx, err, cfg, endpoints, tlsConfig)
 	}
 	defer client.Close()
 
 	m := newMirror(client, cfg.prefix, metrics, p)
 	defer m.start(ctx)()
-	start := time.Now()
-	if err := m.waitForSync(ctx, p); err != nil {
+	if err := m.firstSync(ctx, cfg, start, p); err != nil {
+		if ctx.Err() != nil {
+			return m.stopped(ctx, cfg, p)
+		}
 		return err
 	}
-	p.printf("synced %s in %v", plural(m.inf.Len(), "key"), time.Since(start).Round(time.Millisecond))
 	<-ctx.Done()
-	m.summary(p)
-	return nil
+	return m.stopped(ctx, cfg, p)
 }
 
 // runDemo starts an etcd of its own, writes demo data and mirrors it.
@@ -183,7 +244,7 @@ func runCluster(ctx context.Context, cfg config, metrics mirror.Metrics, p *prin
 func runDemo(ctx context.Context, cfg config, metrics mirror.Metrics, p *printer) error {
 	srv, err := startEmbedded(ctx)
 	if err != nil {
-		return interrupted(ctx, err, p)
+		return stoppedEarly(ctx, cfg, err, p)
 	}
 	defer srv.close()
 	p.printf("started an embedded etcd at %s (data in %s)", srv.endpoint, srv.dir)
@@ -193,12 +254,12 @@ func runDemo(ctx context.Context, cfg config, metrics mirror.Metrics, p *printer
 		return err
 	}
 	defer cut.close()
-	writer, err := newClient([]string{srv.endpoint}, nil)
+	writer, err := newClient(ctx, []string{srv.endpoint}, nil, "", "", 0)
 	if err != nil {
 		return err
 	}
 	defer writer.Close()
-	client, err := newClient([]string{cut.endpoint()}, nil)
+	client, err := newClient(ctx, []string{cut.endpoint()}, nil, "", "", 0)
 	if err != nil {
 		return err
 	}
@@ -206,17 +267,15 @@ func runDemo(ctx context.Context, cfg config, metrics mirror.Metrics, p *printer
 
 	d := &demoWriter{client: writer, prefix: cfg.prefix}
 	if err := d.seed(ctx, cfg.seed); err != nil {
-		return interrupted(ctx, err, p)
+		return stoppedEarly(ctx, cfg, err, p)
 	}
 	p.printf("seeded %s under %s", plural(cfg.seed, "key"), cfg.prefix)
 
 	m := newMirror(client, cfg.prefix, metrics, p)
 	defer m.start(ctx)()
-	if err := m.demo(ctx, d, cfg.changes, cut, p); err != nil {
+	if err := m.demo(ctx, d, cfg, cut, p); err != nil {
 		if ctx.Err() != nil {
-			p.printf("interrupted")
-			m.summary(p)
-			return nil
+			return m.stopped(ctx, cfg, p)
 		}
 		return err
 	}
@@ -227,12 +286,11 @@ func runDemo(ctx context.Context, cfg config, metrics mirror.Metrics, p *printer
 // the mirror off for an outage, writes the other half, waits until the
 // mirror has them all, prints the summary and checks the mirror against
 // etcd.
-func (m *mirrorState) demo(ctx context.Context, d *demoWriter, changes int, cut *proxy, p *printer) error {
-	start := time.Now()
-	if err := m.waitForSync(ctx, p); err != nil {
+func (m *mirrorState) demo(ctx context.Context, d *demoWriter, cfg config, cut *proxy, p *printer) error {
+	if err := m.firstSync(ctx, cfg, time.Now(), p); err != nil {
 		return err
 	}
-	p.printf("synced %s in %v", plural(m.inf.Len(), "key"), time.Since(start).Round(time.Millisecond))
+	changes := cfg.changes
 	for _, step := range []func() (int64, error){
 		func() (int64, error) { return d.run(ctx, changes/2, p) },
 		// Once the mirror has caught up, so that what it learns from
@@ -252,29 +310,66 @@ func (m *mirrorState) demo(ctx context.Context, d *demoWriter, changes int, cut 
 	return m.verify(ctx, d.client, d.prefix, p)
 }
 
-// interrupted returns nil, saying so, if err came with the end of ctx,
-// and err otherwise.
-func interrupted(ctx context.Context, err error, p *printer) error {
-	if ctx.Err() != nil {
+// stoppedEarly ends a run that failed with err before the mirror started:
+// if ctx ended, that was an interruption, a normal stop, or --duration,
+// which was over before the first sync.
+func stoppedEarly(ctx context.Context, cfg config, err error, p *printer) error {
+	switch {
+	case ctx.Err() == nil:
+		return err
+	case errors.Is(context.Cause(ctx), errDurationOver):
+		return fmt.Errorf("not synced within --duration %v: %w", cfg.duration, ctx.Err())
+	default:
 		p.printf("interrupted")
 		return nil
 	}
-	return err
 }
 
-// newClient connects to etcd. It does not wait for a connection: the
-// mirror reports and retries what fails.
-func newClient(endpoints []string, tlsConfig *tls.Config) (*clientv3.Client, error) {
-	client, err := clientv3.New(clientv3.Config{
+// newClient connects to etcd, authenticating as user if it is not empty.
+// It does not wait for a connection, the mirror reports and retries what
+// fails, but authentication needs one: it waits up to authTimeout (no
+// bound if 0) or until ctx ends.
+func newClient(ctx context.Context, endpoints []string, tlsConfig *tls.Config, user, password string, authTimeout time.Duration) (*clientv3.Client, error) {
+	cfg := clientv3.Config{
 		Endpoints:   endpoints,
-		DialTimeout: 5 * time.Second,
+		DialTimeout: authTimeout,
 		TLS:         tlsConfig,
+		Username:    user,
+		Password:    password,
 		Logger:      zap.NewNop(),
-	})
+	}
+	if user != "" {
+		// So that an interruption ends the wait for authentication.
+		cfg.Context = ctx
+	}
+	client, err := clientv3.New(cfg)
 	if err != nil {
+		if user != "" {
+			return nil, fmt.Errorf("connect to etcd as %q: %w", user, err)
+		}
 		return nil, fmt.Errorf("connect to etcd: %w", err)
 	}
 	return client, nil
+}
+
+// whyNoAuth returns err, a failure to authenticate as cfg.user, and, if
+// etcd did not answer within --sync-timeout, why, as the mirror tells it:
+// it reads the prefix without credentials, which needs no answer to start.
+func whyNoAuth(ctx context.Context, err error, cfg config, endpoints []string, tlsConfig *tls.Config) error {
+	if !errors.Is(err, context.DeadlineExceeded) {
+		return err // an answer: wrong credentials, say
+	}
+	client, cerr := newClient(ctx, endpoints, tlsConfig, "", "", 0)
+	if cerr != nil {
+		return err
+	}
+	defer client.Close()
+	lw := etcdmirror.New(client, cfg.prefix, etcdmirror.Options{RequestTimeout: time.Second})
+	_, why := lw.List(ctx, mirror.ListOptions{Limit: 1})
+	if !errors.Is(why, mirror.ErrUnavailable) {
+		why = errors.New("etcd answers a read without credentials")
+	}
+	return fmt.Errorf("connect to etcd as %q: not authenticated within --sync-timeout %v: %w", cfg.user, cfg.syncTimeout, why)
 }
 
 // clientTLS builds the client's TLS configuration from the flags, or nil.

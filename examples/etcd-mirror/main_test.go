@@ -30,7 +30,6 @@ func TestRun_DemoMirrorsAndVerifies(t *testing.T) {
 	s := out.String()
 	assert.Contains(t, s, "synced 2000 keys")
 	assert.Contains(t, s, "verified: the mirror matches etcd")
-	assert.Contains(t, s, `reported: mirror: object "/demo/services/broken" skipped`)
 	assert.Contains(t, s, "(observed)", "a deletion the watch saw")
 	assert.Contains(t, s, "mirror: resource version expired", "the watch found its revision compacted")
 	assert.Regexp(t, `\d+ lists \([1-9]\d* relists?\)`, s, "the summary counts the relist")
@@ -52,6 +51,15 @@ func TestRun_DemoMirrorsAndVerifies(t *testing.T) {
 		require.Len(t, deletes, 1, "one delete of %s", name)
 		assert.Contains(t, lines[deletes[0]], "(unseen, found by a relist)")
 	}
+	// A value that stopped decoding is reported, and the key dropped for
+	// it: no relist had anything to do with it.
+	broken := regexp.MustCompile(`wrote  (\S+) = \{not json`).FindStringSubmatch(s)
+	require.NotNil(t, broken, "the demo's undecodable value")
+	assert.Contains(t, s, `reported: mirror: object "`+broken[1]+`" skipped`)
+	dropped := find("delete " + broken[1] + " ")
+	require.Len(t, dropped, 1, "one delete of %s", broken[1])
+	assert.Regexp(t, `\(dropped: its value at rev \d+ does not decode\)$`, lines[dropped[0]])
+
 	recreated := outage[3]
 	deletes, adds := find("delete /demo/services/"+recreated+" "), find("add    /demo/services/"+recreated+" ")
 	require.Len(t, deletes, 1, "one delete of the re-created %s", recreated)
@@ -174,19 +182,35 @@ func TestRun_MetricsAddrServesTheMirrorsMetrics(t *testing.T) {
 // --duration bounds the whole run, the initial sync included: a cluster
 // that never answers makes the run fail, saying why, when it is over.
 func TestRun_DurationCoversTheInitialSync(t *testing.T) {
-	// A server that accepts connections and never answers.
+	var out bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(t.Context(), []string{"--endpoints", "http://" + silentServer(t), "--duration", "500ms"}, &out)
+	}()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.ErrorContains(t, err, "not synced within --duration 500ms")
+	case <-time.After(time.Minute):
+		require.FailNow(t, "run did not return: --duration does not bound the initial sync")
+	}
+}
+
+// silentServer returns the address of a server that accepts connections
+// and never answers.
+func silentServer(t *testing.T) string {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	defer ln.Close()
 	var mu sync.Mutex
 	var conns []net.Conn
-	defer func() {
+	t.Cleanup(func() {
+		ln.Close()
 		mu.Lock()
 		defer mu.Unlock()
 		for _, c := range conns {
 			c.Close()
 		}
-	}()
+	})
 	go func() {
 		for {
 			c, err := ln.Accept()
@@ -198,19 +222,7 @@ func TestRun_DurationCoversTheInitialSync(t *testing.T) {
 			mu.Unlock()
 		}
 	}()
-
-	var out bytes.Buffer
-	done := make(chan error, 1)
-	go func() {
-		done <- run(t.Context(), []string{"--endpoints", "http://" + ln.Addr().String(), "--duration", "500ms"}, &out)
-	}()
-	select {
-	case err := <-done:
-		require.ErrorIs(t, err, context.DeadlineExceeded)
-		assert.ErrorContains(t, err, "not synced")
-	case <-time.After(time.Minute):
-		require.FailNow(t, "run did not return: --duration does not bound the initial sync")
-	}
+	return ln.Addr().String()
 }
 
 func TestRun_HelpSucceeds(t *testing.T) {

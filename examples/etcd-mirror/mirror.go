@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -36,12 +37,20 @@ type mirrorState struct {
 	skipped      atomic.Int64 // values that failed to decode
 	lastRevision atomic.Int64 // highest ModRevision the handler saw
 	syncedAt     time.Time    // when the handler had the initial list
+
+	// undecodable holds, for each key whose value failed to decode, the
+	// revision of that value, as the ErrorHandler learnt it, which is
+	// before the mirror drops the key: a deletion whose final state is
+	// unknown, of an older state of the key, is that drop, not a relist
+	// finding the key gone.
+	mu          sync.Mutex
+	undecodable map[string]int64
 }
 
 // newMirror returns the informer over prefix and its handler; metrics, if
 // not nil, receives its measurements.
 func newMirror(client *clientv3.Client, prefix string, metrics mirror.Metrics, p *printer) *mirrorState {
-	m := &mirrorState{}
+	m := &mirrorState{undecodable: map[string]int64{}}
 	lw := etcdmirror.NewTyped(client, prefix, decodeService, etcdmirror.Options{
 		// Report a member that does not answer after 5s rather than
 		// the default 30s; the informer retries either way.
@@ -65,6 +74,7 @@ func newMirror(client *clientv3.Client, prefix string, metrics mirror.Metrics, p
 			var skipped *mirror.ObjectError
 			if errors.As(err, &skipped) {
 				m.skipped.Add(1)
+				m.failedToDecode(skipped)
 				err = skipped
 			}
 			p.printf("reported: %v", err)
@@ -86,14 +96,19 @@ func newMirror(client *clientv3.Client, prefix string, metrics mirror.Metrics, p
 		DeleteFunc: func(o object, finalStateUnknown bool) {
 			m.events.Add(1)
 			how := "observed"
-			if finalStateUnknown {
+			switch rev, undecodable := m.decodesNoMore(o); {
+			case undecodable:
+				// etcd holds a value of the key the mirror cannot
+				// represent: the mirror drops the key.
+				how = fmt.Sprintf("dropped: its value at rev %d does not decode", rev)
+			case finalStateUnknown:
 				// The watch missed the deletion (the mirror was cut
 				// off and etcd compacted its history): a relist found
 				// the key gone, or created again.
 				how = "unseen, found by a relist"
 			}
 			// o is the last state the mirror held, whether the watch saw
-			// the delete or a relist found the key gone.
+			// the delete or the key left the mirror otherwise.
 			p.event("delete %s  zone=%s port=%d (%s)", o.Key, o.Value.Zone, o.Value.Port, how)
 		},
 	}, mirror.HandlerOptions{Name: "print"})
@@ -102,6 +117,28 @@ func newMirror(client *clientv3.Client, prefix string, metrics mirror.Metrics, p
 	}
 	m.reg = reg
 	return m
+}
+
+// failedToDecode records the revision of a value that failed to decode.
+func (m *mirrorState) failedToDecode(e *mirror.ObjectError) {
+	rev, err := strconv.ParseInt(e.ResourceVersion, 10, 64)
+	if err != nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.undecodable[e.Key] = rev
+}
+
+// decodesNoMore returns the revision of a value of o's key that failed to
+// decode after o, the last state the mirror held, if there is one: the
+// mirror dropped o for that value. The informer reports a value that
+// fails to decode before any handler sees the key go.
+func (m *mirrorState) decodesNoMore(o object) (rev int64, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rev, ok = m.undecodable[o.Key]
+	return rev, ok && rev > o.ModRevision
 }
 
 // start runs the informer until ctx ends or the returned function is
@@ -131,14 +168,42 @@ func (m *mirrorState) saw(rev int64) {
 	}
 }
 
+// firstSync waits for the initial sync until cfg.syncTimeout after
+// start, and says what it got: how many keys, and a warning if there are
+// none.
+func (m *mirrorState) firstSync(ctx context.Context, cfg config, start time.Time, p *printer) error {
+	if err := m.waitForSync(ctx, cfg.syncTimeout, start, p); err != nil {
+		return err
+	}
+	p.printf("synced %s in %v", plural(m.inf.Len(), "key"), time.Since(start).Round(time.Millisecond))
+	if m.inf.Len() > 0 {
+		return nil
+	}
+	if n := m.skipped.Load(); n > 0 {
+		p.printf("warning: no key under %q has a value that decodes (%s skipped)", cfg.prefix, plural(n, "value"))
+	} else {
+		p.printf("warning: no keys under %q: is the prefix right? (etcdctl get --prefix --keys-only %q lists them)", cfg.prefix, cfg.prefix)
+	}
+	return nil
+}
+
 // waitForSync waits for the handler to have the initial list, printing
-// progress once a second. If ctx ends first, or the informer gives up
-// because etcd refuses it (mirror.ErrPermanent), it says why.
-func (m *mirrorState) waitForSync(ctx context.Context, p *printer) error {
+// progress once a second, until timeout after start (no bound if 0). If
+// the wait ends first, or the informer gives up because etcd refuses it
+// (mirror.ErrPermanent), it says why.
+func (m *mirrorState) waitForSync(ctx context.Context, timeout time.Duration, start time.Time, p *printer) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // ends the wait below if the timeout comes first
 	synced := make(chan error, 1)
 	go func() { synced <- m.reg.WaitForSync(ctx) }()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
+	var expired <-chan time.Time
+	if timeout > 0 {
+		t := time.NewTimer(timeout - time.Since(start))
+		defer t.Stop()
+		expired = t.C
+	}
 	for {
 		select {
 		case err := <-synced:
@@ -149,14 +214,42 @@ func (m *mirrorState) waitForSync(ctx context.Context, p *printer) error {
 			case errors.Is(err, mirror.ErrPermanent):
 				return fmt.Errorf("etcd refuses the mirror: %w", err)
 			}
-			if last := m.inf.Freshness().Err; last != nil {
-				return fmt.Errorf("not synced: %w; last failure: %w", err, last)
-			}
-			return fmt.Errorf("not synced: %w", err)
+			return err // ctx ended
 		case <-tick.C:
 			p.printf("initial sync: %d keys so far", m.initial.Load())
+		case <-expired:
+			return m.notSynced(fmt.Errorf("not synced within --sync-timeout %v", timeout))
 		}
 	}
+}
+
+// notSynced adds to err, which says that the initial sync did not
+// complete in time, the mirror's last failure, which says why it did not.
+func (m *mirrorState) notSynced(err error) error {
+	if last := m.inf.Freshness().Err; last != nil {
+		return fmt.Errorf("%w; last failure: %w", err, last)
+	}
+	return fmt.Errorf("%w; no failure reported yet", err)
+}
+
+// stopped ends a run whose context ended: an interruption (Ctrl-C,
+// SIGTERM) is a normal stop at any time, and so is the end of --duration
+// once the mirror has synced; either prints the summary so far and
+// returns nil. --duration over before the initial sync is a failure.
+func (m *mirrorState) stopped(ctx context.Context, cfg config, p *printer) error {
+	over := errors.Is(context.Cause(ctx), errDurationOver)
+	switch {
+	case over && m.syncedAt.IsZero():
+		return m.notSynced(fmt.Errorf("not synced within --duration %v: %w", cfg.duration, ctx.Err()))
+	case over:
+		p.printf("stopped: --duration %v over", cfg.duration)
+	case m.syncedAt.IsZero():
+		p.printf("interrupted before the first sync")
+	default:
+		p.printf("interrupted")
+	}
+	m.summary(p)
+	return nil
 }
 
 // waitFor waits until the mirror has seen revision rev and the handler

@@ -88,8 +88,7 @@ func startRestarted(b *testing.B, c *clientv3.Client, prefix, path, value string
 		synced: make(chan time.Duration, 1), done: make(chan error, 1),
 	}
 	r.inf = etcdmirror.NewInformer(r.lw, etcdmirror.InformerOptions[[]byte]{
-		// The compacted rows' expired watch, and the first start's
-		// missing file, are expected.
+		// The compacted rows' expired watch is expected.
 		ErrorHandler: func(error) {},
 		Checkpoint:   mirror.CheckpointOptions[etcdmirror.KV]{Path: path},
 	})
