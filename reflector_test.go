@@ -1102,7 +1102,7 @@ func TestReflector_WatchErrorNamesTheVersionReachedAndWhatComesNext(t *testing.T
 	} {
 		t.Run(tc.err.Error(), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				g := newRig(ReflectorOptions{Jitter: noJitter})
+				g := newRig(ReflectorOptions{ListWatch: ListWatchOptions{Jitter: noJitter}})
 				g.lw.page("10", "")
 				g.lw.watch(addedEvent("a", "1", "11"), modified("a", "2", "12"), bookmark("13"), end(tc.err))
 				g.lw.page("20", "")
