@@ -28,9 +28,11 @@ type listener[K comparable, T any] struct {
 	report       func(error)
 	upstream     func() bool // the informer has synced
 	resyncPeriod time.Duration
-	nextResync   time.Time   // guarded by processor.mu
-	started      atomic.Bool // run was started
-	proc         *processor[K, T]
+	nextResync   time.Time // guarded by processor.mu
+	// stuckAfter is how long a call may last before the watchdog logs
+	// it (HandlerOptions.StuckAfter); zero means never.
+	stuckAfter time.Duration
+	proc       *processor[K, T]
 
 	// delivered and panics count handler calls, for Informer.Stats.
 	delivered, panics atomic.Int64
@@ -41,9 +43,15 @@ type listener[K comparable, T any] struct {
 
 	wake     chan struct{} // capacity 1: a pending wake-up
 	stopped  chan struct{} // closed by stop
-	halted   atomic.Bool   // set by stop or when run's context ends
 	done     chan struct{} // closed when run returns
 	stopOnce sync.Once
+
+	// state says whether the listener is halted and which call, if
+	// any, is in progress (see beginCall). calls numbers the calls; it
+	// belongs to run. watch is the watchdog's (see watchdog.go).
+	state atomic.Uint64
+	calls uint64
+	watch watchState
 
 	syncedCh   chan struct{} // closed once the handler has synced
 	syncedOnce sync.Once
@@ -97,7 +105,7 @@ func (l *listener[K, T]) wakeUp() {
 // feed's chunks reachable.
 func (l *listener[K, T]) stop() {
 	l.stopOnce.Do(func() {
-		l.halted.Store(true)
+		l.halt()
 		close(l.stopped)
 		l.mu.Lock()
 		defer l.mu.Unlock()
@@ -108,15 +116,23 @@ func (l *listener[K, T]) stop() {
 	})
 }
 
-// waitStopped waits, after stop, until a handler call in progress has
-// returned, or ctx ends.
-func (l *listener[K, T]) waitStopped(ctx context.Context) {
-	if !l.started.Load() {
-		return
+// waitStopped waits, after stop, until the handler call in progress, if
+// any, has returned: then it returns nil. If ctx ends first, it returns
+// ctx.Err().
+func (l *listener[K, T]) waitStopped(ctx context.Context) error {
+	if l.state.Load()&stateCall == 0 {
+		return nil // halted between calls: none begins any more
 	}
 	select {
 	case <-l.done:
+		return nil
 	case <-ctx.Done():
+		select {
+		case <-l.done:
+			return nil
+		default:
+			return ctx.Err()
+		}
 	}
 }
 
@@ -339,10 +355,10 @@ func (l *listener[K, T]) hasSynced() bool {
 const listenerBatch = 32
 
 // run delivers notifications until ctx ends or the listener is stopped.
-// Once either happens, no further handler call starts.
+// Once either happens, no further handler call begins.
 func (l *listener[K, T]) run(ctx context.Context) {
 	defer close(l.done)
-	defer afterFunc(ctx, func() { l.halted.Store(true) })()
+	defer afterFunc(ctx, l.halt)()
 	// The batch is copied out of the feed, not read in place: a handler
 	// stuck in a call would otherwise keep the chunk it came from, and
 	// with it every later chunk, reachable.
@@ -368,11 +384,13 @@ func (l *listener[K, T]) run(ctx context.Context) {
 		}
 		initial := 0
 		for i := range batch[:n] {
-			if l.halted.Load() {
+			call, ok := l.beginCall(batch[i].kind)
+			if !ok {
 				l.delivered.Add(int64(i))
 				return
 			}
 			l.call(&batch[i])
+			l.endCall(call)
 			if batch[i].initial {
 				initial++
 			}
@@ -386,6 +404,43 @@ func (l *listener[K, T]) run(ctx context.Context) {
 		}
 	}
 }
+
+// The listener's state word: whether it is halted, and the call in
+// progress, if any, as its number and kind. One word, so that claiming a
+// call and finding the listener halted are one atomic step: once halt
+// has run, no call begins, and a call that had begun is visible to stop
+// and to the watchdog.
+const (
+	stateHalted uint64 = 1 << 0
+	// stateStuck is set by the watchdog on a call it logged as stuck.
+	stateStuck     uint64 = 1 << 1
+	stateKindShift        = 2 // 2 bits: the call's notifyKind
+	stateNumShift         = 4 // the rest: the call's number
+	stateCall             = ^(stateHalted | stateStuck)
+)
+
+// beginCall claims the handler call that delivers a notification of
+// kind, unless the listener is halted. It returns the call's stamp for
+// endCall.
+func (l *listener[K, T]) beginCall(kind notifyKind) (call uint64, ok bool) {
+	l.calls++
+	call = l.calls<<stateNumShift | uint64(kind)<<stateKindShift
+	return call, l.state.CompareAndSwap(0, call)
+}
+
+// endCall ends the call beginCall claimed.
+func (l *listener[K, T]) endCall(call uint64) {
+	if l.state.CompareAndSwap(call, 0) {
+		return
+	}
+	// Halted or logged as stuck during the call.
+	if was := l.state.And(stateHalted); was&stateStuck != 0 {
+		l.proc.returned(l, was)
+	}
+}
+
+// halt makes sure no handler call begins any more.
+func (l *listener[K, T]) halt() { l.state.Or(stateHalted) }
 
 // call runs the handler for n, recovering a panic.
 func (l *listener[K, T]) call(n *notification[K, T]) {
