@@ -47,10 +47,12 @@ type listener[K comparable, T any] struct {
 	stopOnce sync.Once
 
 	// state says whether the listener is halted and which call, if
-	// any, is in progress (see beginCall). calls numbers the calls; it
-	// belongs to run. watch is the watchdog's (see watchdog.go).
+	// any, is in progress (see beginCall). calls numbers the calls, and
+	// cur is the call run last left in state; both belong to run. watch
+	// is the watchdog's (see watchdog.go).
 	state atomic.Uint64
 	calls uint64
+	cur   uint64
 	watch watchState
 
 	syncedCh   chan struct{} // closed once the handler has synced
@@ -373,6 +375,7 @@ func (l *listener[K, T]) run(ctx context.Context) {
 			l.proc.stamps.passed(&l.stampNext, pos, time.Now, func(d time.Duration) { m.Delivered(l.name, d) })
 		}
 		if n == 0 {
+			l.idle()
 			select {
 			case <-l.wake:
 				continue
@@ -384,13 +387,11 @@ func (l *listener[K, T]) run(ctx context.Context) {
 		}
 		initial := 0
 		for i := range batch[:n] {
-			call, ok := l.beginCall(batch[i].kind)
-			if !ok {
+			if !l.beginCall(batch[i].kind) {
 				l.delivered.Add(int64(i))
 				return
 			}
 			l.call(&batch[i])
-			l.endCall(call)
 			if batch[i].initial {
 				initial++
 			}
@@ -409,7 +410,9 @@ func (l *listener[K, T]) run(ctx context.Context) {
 // progress, if any, as its number and kind. One word, so that claiming a
 // call and finding the listener halted are one atomic step: once halt
 // has run, no call begins, and a call that had begun is visible to stop
-// and to the watchdog.
+// and to the watchdog. So that a call costs one atomic operation, a call
+// stays in the word after it returns, until the listener claims the next
+// or goes idle, which it does at once.
 const (
 	stateHalted uint64 = 1 << 0
 	// stateStuck is set by the watchdog on a call it logged as stuck.
@@ -419,23 +422,44 @@ const (
 	stateCall             = ^(stateHalted | stateStuck)
 )
 
-// beginCall claims the handler call that delivers a notification of
-// kind, unless the listener is halted. It returns the call's stamp for
-// endCall.
-func (l *listener[K, T]) beginCall(kind notifyKind) (call uint64, ok bool) {
+// beginCall ends the listener's last call and claims the handler call
+// that delivers a notification of kind, unless the listener is halted.
+func (l *listener[K, T]) beginCall(kind notifyKind) bool {
 	l.calls++
-	call = l.calls<<stateNumShift | uint64(kind)<<stateKindShift
-	return call, l.state.CompareAndSwap(0, call)
+	next := l.calls<<stateNumShift | uint64(kind)<<stateKindShift
+	if l.state.CompareAndSwap(l.cur, next) {
+		l.cur = next
+		return true
+	}
+	return l.settle(next)
 }
 
-// endCall ends the call beginCall claimed.
-func (l *listener[K, T]) endCall(call uint64) {
-	if l.state.CompareAndSwap(call, 0) {
-		return
+// idle ends the listener's last call, before it waits for more.
+func (l *listener[K, T]) idle() {
+	if l.cur != 0 && !l.state.CompareAndSwap(l.cur, 0) {
+		l.settle(0)
 	}
-	// Halted or logged as stuck during the call.
-	if was := l.state.And(stateHalted); was&stateStuck != 0 {
-		l.proc.returned(l, was)
+}
+
+// settle is the way of beginCall and idle when the state word is not as
+// the listener left it: the watchdog logged its last call as stuck, or
+// it was halted. It ends the last call, logging its return if it was
+// logged as stuck, and makes next the call in progress unless the
+// listener is halted; it reports whether it did.
+func (l *listener[K, T]) settle(next uint64) bool {
+	for {
+		was := l.state.Load()
+		now := next
+		if was&stateHalted != 0 {
+			now = stateHalted
+		}
+		if l.state.CompareAndSwap(was, now) {
+			if was&stateStuck != 0 {
+				l.proc.returned(l, was)
+			}
+			l.cur = now & stateCall
+			return now == next
+		}
 	}
 }
 
