@@ -436,9 +436,14 @@ func (l *listener[K, T]) beginCall(kind notifyKind) bool {
 
 // idle ends the listener's last call, before it waits for more.
 func (l *listener[K, T]) idle() {
-	if l.cur != 0 && !l.state.CompareAndSwap(l.cur, 0) {
-		l.settle(0)
+	if l.cur == 0 {
+		return
 	}
+	if l.state.CompareAndSwap(l.cur, 0) {
+		l.cur = 0
+		return
+	}
+	l.settle(0)
 }
 
 // settle is the way of beginCall and idle when the state word is not as

@@ -271,6 +271,7 @@ func TestInformer_RunWaitsForAStuckHandlerAndKeepsNamingIt(t *testing.T) {
 
 				close(gate)
 				require.NoError(t, <-f.done)
+				synctest.Wait() // a goroutine past its wg.Done has exited
 				recs := logs.take(stuckMsg)
 				require.Len(t, recs, 1)
 				assert.Equal(t, "mirror: handler returned", recs[0].Msg)
