@@ -103,6 +103,17 @@ type HandlerOptions struct {
 	// for different keys may arrive out of source order. Zero means
 	// unbounded: every notification is delivered, in order.
 	MaxBacklog int
+
+	// StuckAfter is how long a call of the handler may last before the
+	// informer logs it (at Warn, through InformerOptions.Logger) as
+	// stuck, with the handler's Name, the method and how long the call
+	// has lasted; it logs it again every StuckAfter until the call
+	// returns, and then that it returned (see also HandlerStats.StuckFor).
+	// Calls are looked at once a second and measured from when one was
+	// first seen, so a log may come up to two seconds late, and the
+	// durations it gives fall short by up to a second. Zero means 30
+	// seconds; a negative value means never.
+	StuckAfter time.Duration
 }
 
 // HandlerPanicError reports a handler that panicked. The panic is

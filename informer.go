@@ -206,7 +206,7 @@ func NewInformer[K comparable, T any](lw ListWatcher[T], opts InformerOptions[K,
 		syncedCh: make(chan struct{}),
 		failure:  syncFailure{ch: make(chan struct{})},
 	}
-	inf.proc.report = inf.report
+	inf.proc.report, inf.proc.logger = inf.report, logger
 	inf.proc.resyncMoved = make(chan struct{}, 1)
 	switch opts.Queue {
 	case DeltaFIFOQueue:
@@ -238,7 +238,11 @@ func (inf *Informer[K, T]) report(err error) {
 
 // Run lists, watches and delivers until ctx ends, then returns nil once
 // every goroutine it started has stopped: no handler is called after Run
-// returns. An Informer runs once: a second call returns ErrStarted.
+// returns. When ctx ends, delivery stops, but a handler's call in
+// progress is not interrupted: Run waits for it to return, however long
+// that takes, and meanwhile logs the handler as stuck, by name, every
+// HandlerOptions.StuckAfter (30 seconds by default). An Informer runs
+// once: a second call returns ErrStarted.
 func (inf *Informer[K, T]) Run(ctx context.Context) error {
 	if !inf.started.CompareAndSwap(false, true) {
 		return ErrStarted

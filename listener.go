@@ -28,9 +28,11 @@ type listener[K comparable, T any] struct {
 	report       func(error)
 	upstream     func() bool // the informer has synced
 	resyncPeriod time.Duration
-	nextResync   time.Time   // guarded by processor.mu
-	started      atomic.Bool // run was started
-	proc         *processor[K, T]
+	nextResync   time.Time // guarded by processor.mu
+	// stuckAfter is how long a call may last before the watchdog logs
+	// it (HandlerOptions.StuckAfter); zero means never.
+	stuckAfter time.Duration
+	proc       *processor[K, T]
 
 	// delivered and panics count handler calls, for Informer.Stats.
 	delivered, panics atomic.Int64
@@ -41,9 +43,17 @@ type listener[K comparable, T any] struct {
 
 	wake     chan struct{} // capacity 1: a pending wake-up
 	stopped  chan struct{} // closed by stop
-	halted   atomic.Bool   // set by stop or when run's context ends
 	done     chan struct{} // closed when run returns
 	stopOnce sync.Once
+
+	// state says whether the listener is halted and which call, if
+	// any, is in progress (see beginCall). calls numbers the calls, and
+	// cur is the call run last left in state; both belong to run. watch
+	// is the watchdog's (see watchdog.go).
+	state atomic.Uint64
+	calls uint64
+	cur   uint64
+	watch watchState
 
 	syncedCh   chan struct{} // closed once the handler has synced
 	syncedOnce sync.Once
@@ -97,7 +107,7 @@ func (l *listener[K, T]) wakeUp() {
 // feed's chunks reachable.
 func (l *listener[K, T]) stop() {
 	l.stopOnce.Do(func() {
-		l.halted.Store(true)
+		l.halt()
 		close(l.stopped)
 		l.mu.Lock()
 		defer l.mu.Unlock()
@@ -108,15 +118,23 @@ func (l *listener[K, T]) stop() {
 	})
 }
 
-// waitStopped waits, after stop, until a handler call in progress has
-// returned, or ctx ends.
-func (l *listener[K, T]) waitStopped(ctx context.Context) {
-	if !l.started.Load() {
-		return
+// waitStopped waits, after stop, until the handler call in progress, if
+// any, has returned: then it returns nil. If ctx ends first, it returns
+// ctx.Err().
+func (l *listener[K, T]) waitStopped(ctx context.Context) error {
+	if l.state.Load()&stateCall == 0 {
+		return nil // halted between calls: none begins any more
 	}
 	select {
 	case <-l.done:
+		return nil
 	case <-ctx.Done():
+		select {
+		case <-l.done:
+			return nil
+		default:
+			return ctx.Err()
+		}
 	}
 }
 
@@ -339,10 +357,10 @@ func (l *listener[K, T]) hasSynced() bool {
 const listenerBatch = 32
 
 // run delivers notifications until ctx ends or the listener is stopped.
-// Once either happens, no further handler call starts.
+// Once either happens, no further handler call begins.
 func (l *listener[K, T]) run(ctx context.Context) {
 	defer close(l.done)
-	defer afterFunc(ctx, func() { l.halted.Store(true) })()
+	defer afterFunc(ctx, l.halt)()
 	// The batch is copied out of the feed, not read in place: a handler
 	// stuck in a call would otherwise keep the chunk it came from, and
 	// with it every later chunk, reachable.
@@ -357,6 +375,7 @@ func (l *listener[K, T]) run(ctx context.Context) {
 			l.proc.stamps.passed(&l.stampNext, pos, time.Now, func(d time.Duration) { m.Delivered(l.name, d) })
 		}
 		if n == 0 {
+			l.idle()
 			select {
 			case <-l.wake:
 				continue
@@ -368,7 +387,7 @@ func (l *listener[K, T]) run(ctx context.Context) {
 		}
 		initial := 0
 		for i := range batch[:n] {
-			if l.halted.Load() {
+			if !l.beginCall(batch[i].kind) {
 				l.delivered.Add(int64(i))
 				return
 			}
@@ -386,6 +405,71 @@ func (l *listener[K, T]) run(ctx context.Context) {
 		}
 	}
 }
+
+// The listener's state word: whether it is halted, and the call in
+// progress, if any, as its number and kind. One word, so that claiming a
+// call and finding the listener halted are one atomic step: once halt
+// has run, no call begins, and a call that had begun is visible to stop
+// and to the watchdog. So that a call costs one atomic operation, a call
+// stays in the word after it returns, until the listener claims the next
+// or goes idle, which it does at once.
+const (
+	stateHalted uint64 = 1 << 0
+	// stateStuck is set by the watchdog on a call it logged as stuck.
+	stateStuck     uint64 = 1 << 1
+	stateKindShift        = 2 // 2 bits: the call's notifyKind
+	stateNumShift         = 4 // the rest: the call's number
+	stateCall             = ^(stateHalted | stateStuck)
+)
+
+// beginCall ends the listener's last call and claims the handler call
+// that delivers a notification of kind, unless the listener is halted.
+func (l *listener[K, T]) beginCall(kind notifyKind) bool {
+	l.calls++
+	next := l.calls<<stateNumShift | uint64(kind)<<stateKindShift
+	if l.state.CompareAndSwap(l.cur, next) {
+		l.cur = next
+		return true
+	}
+	return l.settle(next)
+}
+
+// idle ends the listener's last call, before it waits for more.
+func (l *listener[K, T]) idle() {
+	if l.cur == 0 {
+		return
+	}
+	if l.state.CompareAndSwap(l.cur, 0) {
+		l.cur = 0
+		return
+	}
+	l.settle(0)
+}
+
+// settle is the way of beginCall and idle when the state word is not as
+// the listener left it: the watchdog logged its last call as stuck, or
+// it was halted. It ends the last call, logging its return if it was
+// logged as stuck, and makes next the call in progress unless the
+// listener is halted; it reports whether it did.
+func (l *listener[K, T]) settle(next uint64) bool {
+	for {
+		was := l.state.Load()
+		now := next
+		if was&stateHalted != 0 {
+			now = stateHalted
+		}
+		if l.state.CompareAndSwap(was, now) {
+			if was&stateStuck != 0 {
+				l.proc.returned(l, was)
+			}
+			l.cur = now & stateCall
+			return now == next
+		}
+	}
+}
+
+// halt makes sure no handler call begins any more.
+func (l *listener[K, T]) halt() { l.state.Or(stateHalted) }
 
 // call runs the handler for n, recovering a panic.
 func (l *listener[K, T]) call(n *notification[K, T]) {

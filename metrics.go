@@ -113,6 +113,10 @@ type HandlerStats struct {
 	Delivered int64
 	// Panics counts the handler's calls that panicked.
 	Panics int64
+	// StuckFor is how long the handler's call in progress has lasted,
+	// once it has been logged as stuck (see HandlerOptions.StuckAfter);
+	// zero otherwise.
+	StuckFor time.Duration
 }
 
 // Stats returns the informer's counters and gauges. It is safe for

@@ -2,6 +2,7 @@ package mirror
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
 )
@@ -31,6 +32,7 @@ type notification[K comparable, T any] struct {
 // processor fans notifications out to listeners, one per handler.
 type processor[K comparable, T any] struct {
 	report func(error)
+	logger *slog.Logger // for the watchdog
 
 	mu        sync.RWMutex
 	listeners []*listener[K, T]
@@ -52,6 +54,12 @@ type processor[K comparable, T any] struct {
 	// outer, set by bind, is the context Run was given: once it has
 	// ended, add refuses as after stop, though Run has not seen it yet.
 	outer context.Context
+	// running are the listeners whose goroutine runs, removed or not, for
+	// the watchdog (see watch), which watchWake wakes when one returns or
+	// the processor stops. Times it measures are after epoch, set by run.
+	running   []*listener[K, T]
+	watchWake chan struct{}
+	epoch     time.Time
 
 	// metrics, if not nil, is set by run and receives the handlers'
 	// delivery latencies, measured from stamps: the sampled times at
@@ -112,6 +120,7 @@ func (p *processor[K, T]) stop() {
 	defer p.mu.Unlock()
 	p.stopped = true
 	p.sample.stop()
+	p.wakeWatchdog()
 }
 
 // handlerStats returns the stats of every registered handler.
@@ -121,6 +130,9 @@ func (p *processor[K, T]) handlerStats() []HandlerStats {
 	hs := make([]HandlerStats, len(p.listeners))
 	for i, l := range p.listeners {
 		hs[i] = HandlerStats{Name: l.name, Backlog: l.backlog(), Delivered: l.delivered.Load(), Panics: l.panics.Load()}
+		if l.state.Load()&stateStuck != 0 {
+			hs[i].StuckFor = p.stuckFor(l)
+		}
 	}
 	return hs
 }
@@ -154,26 +166,30 @@ func (p *processor[K, T]) remove(l *listener[K, T]) bool {
 	return found
 }
 
-// run starts every listener's goroutine under ctx and wg; m, if not nil,
-// receives delivery latencies.
+// run starts every listener's goroutine, and the watchdog's, under ctx
+// and wg; m, if not nil, receives delivery latencies. The watchdog
+// returns after stop, once every listener has.
 func (p *processor[K, T]) run(ctx context.Context, wg *sync.WaitGroup, m InformerMetrics) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.ctx, p.wg, p.metrics = ctx, wg, m
+	p.epoch, p.watchWake = time.Now(), make(chan struct{}, 1)
 	if m != nil {
 		p.sample.start(samplePeriod)
 	}
 	for _, l := range p.listeners {
 		p.startLocked(l)
 	}
+	wg.Go(p.watch)
 }
 
 func (p *processor[K, T]) startLocked(l *listener[K, T]) {
-	l.started.Store(true)
 	p.wg.Add(1)
+	p.running = append(p.running, l)
 	go func() {
 		defer p.wg.Done()
 		l.run(p.ctx)
+		p.exited(l)
 	}()
 }
 

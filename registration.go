@@ -14,7 +14,7 @@ type Registration struct {
 		backlog() int
 	}
 	failure *syncFailure
-	remove  func(ctx context.Context, wait bool)
+	remove  func(ctx context.Context, wait bool) error
 }
 
 // HasSynced reports whether the informer has synced and this handler has
@@ -71,6 +71,7 @@ func (inf *Informer[K, T]) AddEventHandler(h Handler[T], opts HandlerOptions) (*
 	}
 	l := newListener[K](h, period, opts.MaxBacklog, inf.report, inf.HasSynced)
 	l.name, l.changesOnly = opts.Name, opts.ChangesOnly
+	l.stuckAfter = stuckAfter(opts.StuckAfter)
 
 	inf.applyMu.Lock()
 	err := inf.proc.add(l, func() {
@@ -84,27 +85,45 @@ func (inf *Informer[K, T]) AddEventHandler(h Handler[T], opts HandlerOptions) (*
 		return nil, err
 	}
 	reg := &Registration{owner: inf, l: l, failure: &inf.failure}
-	reg.remove = func(ctx context.Context, wait bool) {
-		if inf.proc.remove(l) && wait {
-			l.waitStopped(ctx)
+	reg.remove = func(ctx context.Context, wait bool) error {
+		inf.proc.remove(l)
+		if wait {
+			// Even if it was removed before: the call in progress
+			// then may not have returned yet.
+			return l.waitStopped(ctx)
 		}
+		return nil
 	}
 	return reg, nil
 }
 
-// errForeignRegistration is returned for a Registration that is not the
-// receiver's.
+// errForeignRegistration is RemoveEventHandler's error for a
+// Registration that is not the receiver's. It is unexported: the doc
+// promises that it is the only error, so err != nil tells it.
 var errForeignRegistration = errors.New("mirror: registration of another informer")
 
 // RemoveEventHandler unregisters the handler of r, a registration with
-// inf. Its pending notifications are dropped; a call in progress finishes
-// on its own. Removing a handler again does nothing.
+// inf. Once it returns, no call of the handler begins: a call that had
+// begun by then finishes on its own (RemoveEventHandlerAndWait waits for
+// it), and the notifications still waiting for the handler are dropped.
+// Removing a handler again does nothing. It may be called from a handler,
+// the removed one included.
+//
+// If r is nil or a registration with another informer, it does nothing
+// and returns an error; that is its only error. (client-go's returns nil
+// there; here the mistake, a registration kept with the wrong informer,
+// shows.)
 func (inf *Informer[K, T]) RemoveEventHandler(r *Registration) error {
 	return inf.removeEventHandler(context.Background(), r, false)
 }
 
-// RemoveEventHandlerAndWait is RemoveEventHandler that also waits until a
-// call in progress has returned, or ctx ends (then it returns ctx.Err()).
+// RemoveEventHandlerAndWait is RemoveEventHandler that also waits until
+// the handler's call in progress, if any, has returned, even if the
+// handler was removed before; then it returns nil. If ctx ends first, it
+// returns ctx.Err(), the handler removed all the same. Called from the
+// handler's own call, it would wait for that call, so until ctx ends: use
+// RemoveEventHandler there. For r nil or another informer's, it does
+// nothing and returns RemoveEventHandler's error.
 func (inf *Informer[K, T]) RemoveEventHandlerAndWait(ctx context.Context, r *Registration) error {
 	return inf.removeEventHandler(ctx, r, true)
 }
@@ -113,9 +132,5 @@ func (inf *Informer[K, T]) removeEventHandler(ctx context.Context, r *Registrati
 	if r == nil || r.owner != any(inf) {
 		return errForeignRegistration
 	}
-	r.remove(ctx, wait)
-	if wait {
-		return ctx.Err()
-	}
-	return nil
+	return r.remove(ctx, wait)
 }

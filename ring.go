@@ -12,7 +12,8 @@ import (
 // many handlers there are, where a buffer per handler would copy it into
 // each (and grow, and shrink, each).
 //
-// The log is a chain of fixed-size chunks. Appending fills the last chunk
+// It is the project's ring buffer, made of recycled chunks rather than
+// one array that wraps around: the log is a chain of fixed-size chunks. Appending fills the last chunk
 // and then links a new one, so nothing is ever copied or resized, and
 // nothing points back along the chain: a chunk that every listener has
 // passed is unreachable from the feed. The last listener to pass a chunk
