@@ -51,7 +51,7 @@ func mirrorPods(ctx context.Context, clientset kubernetes.Interface, cfg config,
 		DeleteFunc: func(pod *corev1.Pod, finalStateUnknown bool) {
 			how := "observed"
 			if finalStateUnknown {
-				how = "unseen, found by a relist"
+				how = "not observed: a relist found it gone, or re-created under a new UID"
 			}
 			p.printf("delete %s/%s  last %s (%s)", pod.Namespace, pod.Name, pod.Status.Phase, how)
 		},
