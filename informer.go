@@ -164,6 +164,10 @@ type Informer[K comparable, T any] struct {
 	// belong to the goroutine applying.
 	applied  uint64
 	measured InformerMetrics
+	// applying is the change being applied while SameObject or
+	// ResourceVersion runs on it, to undo if it panics. It belongs to the
+	// goroutine applying.
+	applying applyCall[K, T]
 	// applyErrors and checkpointErrors count the errors the informer
 	// reports of its own, for Stats.
 	applyErrors, checkpointErrors atomic.Int64
