@@ -27,6 +27,7 @@ package etcd
 import (
 	"context"
 	"fmt"
+	"runtime/debug"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -64,7 +65,9 @@ func KeyOf[V any](o Object[V]) (string, error) { return o.Key, nil }
 
 // DecodeFunc turns the value stored under key into a V. An error is
 // reported, and the key is left out of the mirror (a list skips it, a watch
-// evicts it; see ListWatcher.Watch); the rest of the prefix is mirrored.
+// evicts it; see ListWatcher.Watch); the rest of the prefix is mirrored. A
+// panic is recovered and is that key's error (a *mirror.ObjectError whose
+// Err wraps a *mirror.PanicError).
 type DecodeFunc[V any] func(key string, value []byte) (V, error)
 
 // Options tunes a ListWatcher. The zero value is ready to use.
@@ -154,7 +157,10 @@ type ListWatcher[V any] struct {
 	// start and end bound the range [start, end) that holds the prefix.
 	start, end string
 	decode     DecodeFunc[V]
-	opts       Options
+	// guard says that decode is the caller's, which may panic: a watch
+	// then recovers around each decode. (A list recovers around a page.)
+	guard bool
+	opts  Options
 	// noStream is set once the server answered that it does not offer
 	// RangeStream: ListChunks pages from then on.
 	noStream atomic.Bool
@@ -165,7 +171,9 @@ type ListWatcher[V any] struct {
 // An empty prefix means every key. The values it returns are not shared with
 // anything else and may be kept.
 func New(c *clientv3.Client, prefix string, opts Options) *ListWatcher[[]byte] {
-	return NewTyped(c, prefix, rawValue, opts)
+	lw := NewTyped(c, prefix, rawValue, opts)
+	lw.guard = false
+	return lw
 }
 
 // NewTyped returns a ListWatcher of the keys under prefix, read through c,
@@ -179,6 +187,7 @@ func NewTyped[V any](c *clientv3.Client, prefix string, decode DecodeFunc[V], op
 		start:  prefix,
 		end:    clientv3.GetPrefixRangeEnd(prefix),
 		decode: decode,
+		guard:  true,
 		opts:   opts,
 	}
 	if prefix == "" {
@@ -194,21 +203,81 @@ func rawValue(_ string, v []byte) ([]byte, error) { return v, nil }
 // Prefix returns the prefix lw mirrors.
 func (lw *ListWatcher[V]) Prefix() string { return lw.prefix }
 
-// object turns a key-value pair into an Object, decoding its value.
-func (lw *ListWatcher[V]) object(kv *mvccpb.KeyValue) (Object[V], error) {
-	o := Object[V]{
-		Key:            string(kv.Key),
-		CreateRevision: kv.CreateRevision,
-		ModRevision:    kv.ModRevision,
-		Version:        kv.Version,
-		Lease:          kv.Lease,
+// object turns a key-value pair into an Object, decoding its value. If
+// the decode function panics, object recovers only if lw.guard is set, as
+// it is for the caller's decode functions: each costs far more than the
+// deferred call. Lists of many values recover once instead (see objects).
+func (lw *ListWatcher[V]) object(kv *mvccpb.KeyValue) (o Object[V], err error) {
+	if lw.guard {
+		defer func() {
+			if v := recover(); v != nil {
+				o, err = withoutValue[V](kv), decodePanic(kv, v)
+			}
+		}()
 	}
+	return lw.objectOf(kv)
+}
+
+// objectOf is object without recovery.
+func (lw *ListWatcher[V]) objectOf(kv *mvccpb.KeyValue) (Object[V], error) {
+	o := withoutValue[V](kv)
 	v, err := lw.decode(o.Key, kv.Value)
 	if err != nil {
 		return o, &mirror.ObjectError{Key: o.Key, ResourceVersion: formatRev(kv.ModRevision), Err: err}
 	}
 	o.Value = v
 	return o, nil
+}
+
+// withoutValue returns the Object of kv without its value.
+func withoutValue[V any](kv *mvccpb.KeyValue) Object[V] {
+	return Object[V]{
+		Key:            string(kv.Key),
+		CreateRevision: kv.CreateRevision,
+		ModRevision:    kv.ModRevision,
+		Version:        kv.Version,
+		Lease:          kv.Lease,
+	}
+}
+
+// objects appends the Objects of kvs to items, and the errors of those it
+// cannot produce to skipped.
+func (lw *ListWatcher[V]) objects(kvs []*mvccpb.KeyValue, items []Object[V], skipped []error) ([]Object[V], []error) {
+	for i := 0; i < len(kvs); {
+		i = lw.objectsFrom(kvs, i, &items, &skipped)
+	}
+	return items, skipped
+}
+
+// objectsFrom is objects of kvs[i:]. It returns len(kvs), or, if the
+// decode function panics on one, the position after it, which it skips,
+// and the caller goes on from there: one deferred call per page, not per
+// value.
+func (lw *ListWatcher[V]) objectsFrom(kvs []*mvccpb.KeyValue, i int, items *[]Object[V], skipped *[]error) (next int) {
+	defer func() {
+		// Only the decode function runs user code here.
+		if v := recover(); v != nil {
+			*skipped = append(*skipped, decodePanic(kvs[next], v))
+			next++
+		}
+	}()
+	for next = i; next < len(kvs); next++ {
+		o, err := lw.objectOf(kvs[next])
+		if err != nil {
+			*skipped = append(*skipped, err)
+			continue
+		}
+		*items = append(*items, o)
+	}
+	return next
+}
+
+// decodePanic is the error of kv, whose value the decode function panicked
+// with v on. The function that recovered must call it, so that the stack
+// shows the panic.
+func decodePanic(kv *mvccpb.KeyValue, v any) error {
+	return &mirror.ObjectError{Key: string(kv.Key), ResourceVersion: formatRev(kv.ModRevision),
+		Err: fmt.Errorf("etcd: decode: %w", &mirror.PanicError{Value: v, Stack: debug.Stack()})}
 }
 
 // requestContext bounds one request by Options.RequestTimeout.
