@@ -21,7 +21,7 @@ var (
 type KeyError struct {
 	// Object is the object whose key could not be computed.
 	Object any
-	// Err is the key function's error.
+	// Err is the key function's error, or a *PanicError if it panicked.
 	Err error
 }
 

@@ -28,7 +28,8 @@ type IndexError struct {
 	Index string
 	// Object is the object it failed for.
 	Object any
-	// Err is the index function's error.
+	// Err is the index function's error, or a *PanicError if it
+	// panicked.
 	Err error
 }
 

@@ -38,6 +38,12 @@ var (
 
 // InformerOptions configures an Informer. KeyFunc is required; every
 // other field has a useful zero value.
+//
+// The functions among the options (KeyFunc, the Indexers, Transform,
+// ResourceVersion, SameObject) may panic: a panic on an object is
+// recovered and reported as that object's failure, with a *PanicError
+// inside, and the object is skipped as for the function's error (see
+// PanicError).
 type InformerOptions[K comparable, T any] struct {
 	// Name identifies the informer in logs, errors and metrics; it is
 	// also the Reflector's name unless Reflector.Name is set.
@@ -72,7 +78,9 @@ type InformerOptions[K comparable, T any] struct {
 	// ResourceVersion, if set, returns an object's version. A relist
 	// that finds an object at the version already cached then offers it
 	// only to handlers due for a resync, like client-go; without it, every
-	// relisted object is delivered to every handler as an update.
+	// relisted object is delivered to every handler as an update. If it
+	// panics, the relisted state is left out, as SameObject's panic
+	// leaves it.
 	ResourceVersion func(obj T) string
 
 	// SameObject, if set, reports whether two states of one key belong to
@@ -85,7 +93,9 @@ type InformerOptions[K comparable, T any] struct {
 	// the first one's deletion was not seen, which happens when history
 	// was compacted while the watch was down. Without SameObject a key's
 	// states are all taken for one object. The adapters' constructors
-	// set it.
+	// set it. If it panics, the incoming state is left out: the cache
+	// keeps the cached one, no handler hears of the change, and an
+	// *ObjectError naming the key reports the panic.
 	SameObject func(cached, incoming T) bool
 
 	// SyncFailureLimit is how many failures wrapping ErrPermanent the
@@ -116,11 +126,12 @@ type InformerOptions[K comparable, T any] struct {
 	Reflector ReflectorOptions
 
 	// ErrorHandler sees every failure: failed lists and watches, objects
-	// skipped (*ObjectError, *KeyError, *IndexError) and handler panics
+	// skipped (*ObjectError, *KeyError, *IndexError, and a *PanicError
+	// inside them for a function that panicked) and handler panics
 	// (*HandlerPanicError). Nil means logging them through Logger: at
-	// Warn, but a handler's panic at Error with the handler's name and
-	// the stack, and an error identical to one logged in the last minute
-	// only as a count the next time it is logged.
+	// Warn, but a panic at Error with the stack (and a handler's with the
+	// handler's name), and an error identical to one logged in the last
+	// minute only as a count the next time it is logged.
 	ErrorHandler func(err error)
 
 	// Logger receives the informer's logs; nil means slog.Default(). To
