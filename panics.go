@@ -7,18 +7,19 @@ import (
 
 // PanicError reports a panic in a user function that was recovered: a
 // key, index or transform function, SameObject or ResourceVersion (see
-// InformerOptions), a source's decode function, or an event handler (in
-// a *HandlerPanicError).
+// InformerOptions), a checkpoint's Codec, a source's decode function, or
+// an event handler (in a *HandlerPanicError).
 //
-// A function called on one object does not crash the process: the panic
-// is that object's failure, reported as the function's error would be
-// (the *PanicError is the Err of a *KeyError, an *IndexError, an
-// *ObjectError, or wrapped in a transform's error, which say which
-// object), and the object is skipped as it would be for that error. A
+// A function called on an object does not crash the process: the panic is
+// that object's failure, reported as the function's error would be, and
+// the object is skipped as it would be for that error. The *PanicError is
+// the Err of a *KeyError or an *IndexError, or is wrapped, with the name
+// of the function, in an *ObjectError or a transform's error; either way
+// the error names the object, and errors.As finds the *PanicError. A
 // function called again on an object it accepted before (a key function
-// on a stored object, an index function to find a stored object's
-// entries) is not guarded: it did not panic on that object then, and a
-// function that depends only on its argument does not panic now.
+// on a stored object, an index function to find a stored object's index
+// entries) is not guarded: it did not panic on that object then, and one
+// that depends only on its argument, as these must, does not panic now.
 type PanicError struct {
 	// Value is the value the function panicked with.
 	Value any
