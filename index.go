@@ -10,7 +10,8 @@ import (
 // its namespace or its labels. It may return any number of values, including
 // none. It must depend only on obj's value: when an object is replaced or
 // deleted, the Indexer calls it again on the stored object to find the
-// entries to remove.
+// entries to remove. One that fails or panics on an object (see
+// PanicError) fails that object only.
 type IndexFunc[T any] func(obj T) ([]string, error)
 
 // Indexers names index functions. A nil function indexes no object.
