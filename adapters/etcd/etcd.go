@@ -157,10 +157,10 @@ type ListWatcher[V any] struct {
 	// start and end bound the range [start, end) that holds the prefix.
 	start, end string
 	decode     DecodeFunc[V]
-	// guard says that decode is the caller's, which may panic: a watch
-	// then recovers around each decode. (A list recovers around a page.)
-	guard bool
-	opts  Options
+	// watchDecode is decode for watches: recovering(decode) if decode
+	// is the caller's, which may panic.
+	watchDecode DecodeFunc[V]
+	opts        Options
 	// noStream is set once the server answered that it does not offer
 	// RangeStream: ListChunks pages from then on.
 	noStream atomic.Bool
@@ -172,7 +172,7 @@ type ListWatcher[V any] struct {
 // anything else and may be kept.
 func New(c *clientv3.Client, prefix string, opts Options) *ListWatcher[[]byte] {
 	lw := NewTyped(c, prefix, rawValue, opts)
-	lw.guard = false
+	lw.watchDecode = rawValue // cannot panic
 	return lw
 }
 
@@ -182,13 +182,13 @@ func New(c *clientv3.Client, prefix string, opts Options) *ListWatcher[[]byte] {
 // safe for that.
 func NewTyped[V any](c *clientv3.Client, prefix string, decode DecodeFunc[V], opts Options) *ListWatcher[V] {
 	lw := &ListWatcher[V]{
-		client: c,
-		prefix: prefix,
-		start:  prefix,
-		end:    clientv3.GetPrefixRangeEnd(prefix),
-		decode: decode,
-		guard:  true,
-		opts:   opts,
+		client:      c,
+		prefix:      prefix,
+		start:       prefix,
+		end:         clientv3.GetPrefixRangeEnd(prefix),
+		decode:      decode,
+		watchDecode: recovering(decode),
+		opts:        opts,
 	}
 	if prefix == "" {
 		// etcd has no empty key; "\x00" to "\x00" is its name for the
@@ -203,41 +203,50 @@ func rawValue(_ string, v []byte) ([]byte, error) { return v, nil }
 // Prefix returns the prefix lw mirrors.
 func (lw *ListWatcher[V]) Prefix() string { return lw.prefix }
 
-// object turns a key-value pair into an Object, decoding its value. If
-// the decode function panics, object recovers only if lw.guard is set, as
-// it is for the caller's decode functions: each costs far more than the
-// deferred call. Lists of many values recover once instead (see objects).
-func (lw *ListWatcher[V]) object(kv *mvccpb.KeyValue) (o Object[V], err error) {
-	if lw.guard {
-		defer func() {
-			if v := recover(); v != nil {
-				o, err = withoutValue[V](kv), decodePanic(kv, v)
-			}
-		}()
-	}
-	return lw.objectOf(kv)
-}
-
-// objectOf is object without recovery.
-func (lw *ListWatcher[V]) objectOf(kv *mvccpb.KeyValue) (Object[V], error) {
-	o := withoutValue[V](kv)
-	v, err := lw.decode(o.Key, kv.Value)
-	if err != nil {
-		return o, &mirror.ObjectError{Key: o.Key, ResourceVersion: formatRev(kv.ModRevision), Err: err}
-	}
-	o.Value = v
-	return o, nil
-}
-
-// withoutValue returns the Object of kv without its value.
-func withoutValue[V any](kv *mvccpb.KeyValue) Object[V] {
-	return Object[V]{
+// object turns a key-value pair into an Object, decoding its value with
+// decode: lw.decode, or, for a watch, lw.watchDecode.
+func (lw *ListWatcher[V]) object(kv *mvccpb.KeyValue, decode DecodeFunc[V]) (Object[V], error) {
+	o := Object[V]{
 		Key:            string(kv.Key),
 		CreateRevision: kv.CreateRevision,
 		ModRevision:    kv.ModRevision,
 		Version:        kv.Version,
 		Lease:          kv.Lease,
 	}
+	v, err := decode(o.Key, kv.Value)
+	if err != nil {
+		return o, objectError(kv, err)
+	}
+	o.Value = v
+	return o, nil
+}
+
+// recovering returns decode, turning a panic into an error. A watch
+// decodes one value per Next, so it recovers around each, for the
+// caller's decode functions only (New's raw values cannot panic); beside
+// what Next costs, the deferred call did not show in a benchmark even with
+// a decode that does nothing. A list recovers once per page instead (see
+// objects).
+func recovering[V any](decode DecodeFunc[V]) DecodeFunc[V] {
+	return func(key string, value []byte) (v V, err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = decodePanic(r)
+			}
+		}()
+		return decode(key, value)
+	}
+}
+
+// objectError is the error of kv, whose value could not be decoded.
+func objectError(kv *mvccpb.KeyValue, err error) error {
+	return &mirror.ObjectError{Key: string(kv.Key), ResourceVersion: formatRev(kv.ModRevision), Err: err}
+}
+
+// decodePanic is the error of a decode function that panicked with v. The
+// function that recovered must call it, so that the stack shows the panic.
+func decodePanic(v any) error {
+	return fmt.Errorf("etcd: decode: %w", &mirror.PanicError{Value: v, Stack: debug.Stack()})
 }
 
 // objects appends the Objects of kvs to items, and the errors of those it
@@ -257,12 +266,12 @@ func (lw *ListWatcher[V]) objectsFrom(kvs []*mvccpb.KeyValue, i int, items *[]Ob
 	defer func() {
 		// Only the decode function runs user code here.
 		if v := recover(); v != nil {
-			*skipped = append(*skipped, decodePanic(kvs[next], v))
+			*skipped = append(*skipped, objectError(kvs[next], decodePanic(v)))
 			next++
 		}
 	}()
 	for next = i; next < len(kvs); next++ {
-		o, err := lw.objectOf(kvs[next])
+		o, err := lw.object(kvs[next], lw.decode)
 		if err != nil {
 			*skipped = append(*skipped, err)
 			continue
@@ -270,14 +279,6 @@ func (lw *ListWatcher[V]) objectsFrom(kvs []*mvccpb.KeyValue, i int, items *[]Ob
 		*items = append(*items, o)
 	}
 	return next
-}
-
-// decodePanic is the error of kv, whose value the decode function panicked
-// with v on. The function that recovered must call it, so that the stack
-// shows the panic.
-func decodePanic(kv *mvccpb.KeyValue, v any) error {
-	return &mirror.ObjectError{Key: string(kv.Key), ResourceVersion: formatRev(kv.ModRevision),
-		Err: fmt.Errorf("etcd: decode: %w", &mirror.PanicError{Value: v, Stack: debug.Stack()})}
 }
 
 // requestContext bounds one request by Options.RequestTimeout.
