@@ -84,7 +84,16 @@ func writeCheckpoint[T any](path string, h checkpointHeader, objs func(yield fun
 	if err != nil {
 		return &CheckpointError{Op: "write", Path: path, Err: err}
 	}
+	n := 0 // objects written
+	inCodec := false
 	defer func() {
+		if inCodec {
+			// The codec is the user's: a panic fails the write as an
+			// error would.
+			if v := recover(); v != nil {
+				err = fmt.Errorf("encode object %d: %w", n, panicked(v))
+			}
+		}
 		if err != nil {
 			f.Close()
 			os.Remove(f.Name())
@@ -103,13 +112,15 @@ func writeCheckpoint[T any](path string, h checkpointHeader, objs func(yield fun
 	if _, err := w.Write(buf); err != nil {
 		return err
 	}
-	n := 0
 	var encErr error
 	for obj := range objs {
 		// Length first: encode after room for the longest uvarint,
 		// then move the encoding up to its length if that is shorter.
 		buf = buf[:binary.MaxVarintLen64]
-		if buf, encErr = codec.Append(buf, obj); encErr != nil {
+		inCodec = true
+		buf, encErr = codec.Append(buf, obj)
+		inCodec = false
+		if encErr != nil {
 			encErr = fmt.Errorf("encode object %d: %w", n, encErr)
 			break
 		}
@@ -199,13 +210,24 @@ func loadCheckpoint[T any](path, identity string, codec Codec[T], reserve func(n
 	return h, nil
 }
 
-func readCheckpoint[T any](path, identity string, codec Codec[T], reserve func(n int), each func(T) error) (checkpointHeader, error) {
-	var h checkpointHeader
+func readCheckpoint[T any](path, identity string, codec Codec[T], reserve func(n int), each func(T) error) (h checkpointHeader, err error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return h, err
 	}
-	defer f.Close()
+	var i uint64 // the object being read
+	inUser := false
+	defer func() {
+		f.Close()
+		if inUser {
+			// The codec and each (which runs the key and index
+			// functions) are the user's: a panic fails the load as
+			// their error would.
+			if v := recover(); v != nil {
+				err = fmt.Errorf("%w: object %d: %w", ErrCheckpointInvalid, i, panicked(v))
+			}
+		}
+	}()
 	st, err := f.Stat()
 	if err != nil {
 		return h, err
@@ -235,16 +257,21 @@ func readCheckpoint[T any](path, identity string, codec Codec[T], reserve func(n
 		// takes at least its length's byte, so the file bounds it.
 		reserve(int(min(count, uint64(r.left))))
 	}
-	for i := uint64(0); i < count; i++ {
+	for i = 0; i < count; i++ {
 		data := r.field()
 		if r.err != nil {
 			return h, r.err
 		}
+		inUser = true
 		obj, err := codec.Decode(data)
+		inUser = false
 		if err != nil {
 			return h, fmt.Errorf("%w: object %d: %w", ErrCheckpointInvalid, i, err)
 		}
-		if err := each(obj); err != nil {
+		inUser = true
+		err = each(obj)
+		inUser = false
+		if err != nil {
 			return h, err
 		}
 	}

@@ -1,7 +1,6 @@
 package mirror
 
 import (
-	"fmt"
 	"slices"
 )
 
@@ -32,7 +31,7 @@ type QueuedDeltas[K comparable, T any] struct {
 // queue or from KnownObjects and were transformed already. It may modify
 // obj in place: the queue is the first to see it. It is called with the
 // queue's lock held, so it must be quick and must not call the queue's
-// methods. An error skips the object.
+// methods. An error or a panic (see PanicError) skips the object.
 type TransformFunc[T any] func(obj T) (T, error)
 
 // DeltaFIFOOptions configures a DeltaFIFO. Only KeyFunc is required.
@@ -136,8 +135,8 @@ var (
 )
 
 // Add queues an Added delta for obj. If the key function or the
-// transformer fails, Add returns the error (a *KeyError for the key
-// function) and changes nothing.
+// transformer fails or panics (see PanicError), Add returns the error (a
+// *KeyError for the key function) and changes nothing.
 func (f *DeltaFIFO[K, T]) Add(obj T) error { return f.add(Added, obj, position{}) }
 
 // Update queues an Updated delta for obj, like Add.
@@ -145,15 +144,28 @@ func (f *DeltaFIFO[K, T]) Update(obj T) error { return f.add(Updated, obj, posit
 
 // add queues a change of obj at position pos (the zero position if not
 // known).
-func (f *DeltaFIFO[K, T]) add(typ DeltaType, obj T, pos position) error {
-	key, err := keyOf(f.keyFunc, obj)
+func (f *DeltaFIFO[K, T]) add(typ DeltaType, obj T, pos position) (err error) {
+	var at calling
+	var key K
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	defer func() {
+		// One deferred call for the lock and a panic of the key function
+		// or the transformer: a second would cost every call.
+		if at.fn != noCallback {
+			if v := recover(); v != nil {
+				err = callbackFailure(at.fn, key, obj, v)
+			}
+		}
+		f.mu.Unlock()
+	}()
+	at.fn = inKeyFunc
+	key, err = keyOf(f.keyFunc, obj)
+	at.fn = noCallback
 	f.versionLocked(pos)
 	if err != nil {
 		return err
 	}
-	if obj, err = f.transformLocked(key, obj); err != nil {
+	if obj, err = f.transformLocked(key, obj, &at); err != nil {
 		return err
 	}
 	f.initial.populateLocked()
@@ -170,7 +182,9 @@ func (f *DeltaFIFO[K, T]) add(typ DeltaType, obj T, pos position) error {
 // fails, Delete returns the *KeyError and changes nothing. If the
 // transformer fails, the deletion is still queued, as DeleteKeyOnly queues
 // it, and Delete returns the error: the object is gone whatever its last
-// state looked like, and dropping the deletion would keep it for good.
+// state looked like, and dropping the deletion would keep it for good. A
+// key function or transformer that panics counts as failing (see
+// PanicError).
 func (f *DeltaFIFO[K, T]) Delete(obj T) error { return f.delete(obj, false, false, position{}) }
 
 // DeleteKeyOnly is Delete for an obj that identifies the object but does
@@ -189,10 +203,28 @@ func (f *DeltaFIFO[K, T]) Evict(obj T) error { return f.delete(obj, true, true, 
 
 // delete queues a deletion of obj at position pos (the zero position if
 // not known).
-func (f *DeltaFIFO[K, T]) delete(obj T, keyOnly, tombstone bool, pos position) error {
-	key, err := keyOf(f.keyFunc, obj)
+func (f *DeltaFIFO[K, T]) delete(obj T, keyOnly, tombstone bool, pos position) (err error) {
+	var at calling
+	var key K
+	var last T
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	defer func() {
+		// As in add.
+		if at.fn != noCallback {
+			if v := recover(); v != nil {
+				err = callbackFailure(at.fn, key, obj, v)
+				if at.fn == inTransform {
+					// As when the transformer fails: the deletion is
+					// queued with the last state the queue knows.
+					f.queueLocked(key, Delta[T]{Type: Deleted, Object: last, Tombstone: tombstone}, watchRoom)
+				}
+			}
+		}
+		f.mu.Unlock()
+	}()
+	at.fn = inKeyFunc
+	key, err = keyOf(f.keyFunc, obj)
+	at.fn = noCallback
 	f.versionLocked(pos)
 	if err != nil {
 		return err
@@ -213,7 +245,7 @@ func (f *DeltaFIFO[K, T]) delete(obj T, keyOnly, tombstone bool, pos position) e
 			return nil
 		}
 		obj = last
-	} else if obj, err = f.transformLocked(key, obj); err != nil {
+	} else if obj, err = f.transformLocked(key, obj, &at); err != nil {
 		obj = last
 	}
 	f.queueLocked(key, Delta[T]{Type: Deleted, Object: obj, Tombstone: tombstone}, watchRoom)
@@ -285,14 +317,17 @@ func (f *DeltaFIFO[K, T]) lastLocked(key K) (T, bool) {
 	return f.known.GetByKey(key)
 }
 
-// transformLocked applies the transformer, if any, to obj.
-func (f *DeltaFIFO[K, T]) transformLocked(key K, obj T) (T, error) {
+// transformLocked applies the transformer, if any, to obj, whose key is
+// key. It records in at that the transformer runs.
+func (f *DeltaFIFO[K, T]) transformLocked(key K, obj T, at *calling) (T, error) {
 	if f.transform == nil {
 		return obj, nil
 	}
+	at.fn = inTransform
 	out, err := f.transform(obj)
+	at.fn = noCallback
 	if err != nil {
-		return obj, fmt.Errorf("mirror: transform object with key %v: %w", key, err)
+		return obj, transformError(key, err)
 	}
 	return out, nil
 }

@@ -33,8 +33,9 @@ type fifoListing[T any] struct {
 //
 // Objects whose key cannot be computed are skipped. An object whose
 // transform fails is skipped too, but its key counts as listed, so it gets
-// no tombstone: it is still at the source. Replace applies everything
-// else and returns the failures joined.
+// no tombstone: it is still at the source. A key function or transformer
+// that panics counts as failing (see PanicError). Replace applies
+// everything else and returns the failures joined.
 func (f *DeltaFIFO[K, T]) Replace(list []T, _ string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -53,10 +54,8 @@ func (f *DeltaFIFO[K, T]) replaceLocked(chunks [][]T) error {
 	}
 	f.q.reserve(n)
 	for _, c := range chunks {
-		for _, obj := range c {
-			if err := f.listedLocked(obj, epoch, &failed); err != nil {
-				errs = append(errs, err)
-			}
+		for i := 0; i < len(c); {
+			i = f.listedLocked(c, i, epoch, &failed, &errs)
 		}
 	}
 
@@ -80,27 +79,58 @@ func (f *DeltaFIFO[K, T]) replaceLocked(chunks [][]T) error {
 	return errors.Join(errs...)
 }
 
-// listedLocked queues the listed delta of obj for the relist numbered
-// epoch. A key whose transform fails counts as listed: it is marked so if
-// it is queued, and added to *failed otherwise.
-func (f *DeltaFIFO[K, T]) listedLocked(obj T, epoch uint64, failed *map[K]struct{}) error {
-	key, err := keyOf(f.keyFunc, obj)
-	if err != nil {
-		return err
-	}
-	if obj, err = f.transformLocked(key, obj); err != nil {
-		if p, queued := f.q.find(key); queued {
-			p.listedIn = epoch
-		} else {
-			if *failed == nil {
-				*failed = make(map[K]struct{})
+// listedLocked queues the listed deltas of objs[i:] for the relist
+// numbered epoch, appending the errors of the objects it skips to errs. A
+// key whose transform fails counts as listed: it is marked so if it is
+// queued, and added to *failed otherwise. It returns len(objs), or, if the
+// key function or the transformer panics on an object, the position after
+// it, and the caller goes on from there: one deferred call per list, not
+// per object.
+func (f *DeltaFIFO[K, T]) listedLocked(objs []T, i int, epoch uint64, failed *map[K]struct{}, errs *[]error) (next int) {
+	var at calling
+	var key K
+	defer func() {
+		if at.fn != noCallback {
+			if v := recover(); v != nil {
+				*errs = append(*errs, callbackFailure(at.fn, key, objs[next], v))
+				if at.fn == inTransform {
+					f.transformFailedLocked(key, epoch, failed)
+				}
+				next++
 			}
-			(*failed)[key] = struct{}{}
 		}
-		return err
+	}()
+	for next = i; next < len(objs); next++ {
+		obj := objs[next]
+		var err error
+		at.fn = inKeyFunc
+		key, err = keyOf(f.keyFunc, obj)
+		at.fn = noCallback
+		if err != nil {
+			*errs = append(*errs, err)
+			continue
+		}
+		if obj, err = f.transformLocked(key, obj, &at); err != nil {
+			*errs = append(*errs, err)
+			f.transformFailedLocked(key, epoch, failed)
+			continue
+		}
+		f.queueLocked(key, Delta[T]{Type: f.listedType, Object: obj}, listRoom).listedIn = epoch
 	}
-	f.queueLocked(key, Delta[T]{Type: f.listedType, Object: obj}, listRoom).listedIn = epoch
-	return nil
+	return next
+}
+
+// transformFailedLocked counts key, listed by the relist numbered epoch
+// in a state its transform failed on, as listed.
+func (f *DeltaFIFO[K, T]) transformFailedLocked(key K, epoch uint64, failed *map[K]struct{}) {
+	if p, queued := f.q.find(key); queued {
+		p.listedIn = epoch
+		return
+	}
+	if *failed == nil {
+		*failed = make(map[K]struct{})
+	}
+	(*failed)[key] = struct{}{}
 }
 
 // tombstoneUnlistedLocked appends a tombstone to every queued key that
@@ -136,10 +166,8 @@ func (f *DeltaFIFO[K, T]) listChunk(items []T) error {
 	var failed map[K]struct{} // unused: a streaming list makes no tombstones
 	queued := f.q.len()
 	f.q.reserve(queued + len(items))
-	for _, obj := range items {
-		if err := f.listedLocked(obj, f.replaceEpoch, &failed); err != nil {
-			errs = append(errs, err)
-		}
+	for i := 0; i < len(items); {
+		i = f.listedLocked(items, i, f.replaceEpoch, &failed, &errs)
 	}
 	// Until the list is done, its keys are the initial list's so far.
 	f.initial.listedLocked(f.q.len() - queued)

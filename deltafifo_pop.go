@@ -7,9 +7,9 @@ import (
 )
 
 // Get returns a copy of the pending deltas of obj's key, oldest first. If
-// the key function fails it returns a *KeyError.
+// the key function fails or panics it returns a *KeyError.
 func (f *DeltaFIFO[K, T]) Get(obj T) (Deltas[T], bool, error) {
-	key, err := keyOf(f.keyFunc, obj)
+	key, err := keyOfGuarded(f.keyFunc, obj)
 	if err != nil {
 		return nil, false, err
 	}

@@ -21,7 +21,7 @@ var (
 type KeyError struct {
 	// Object is the object whose key could not be computed.
 	Object any
-	// Err is the key function's error.
+	// Err is the key function's error, or a *PanicError if it panicked.
 	Err error
 }
 
@@ -35,7 +35,8 @@ func (e *KeyError) Unwrap() error { return e.Err }
 
 // KeyFunc computes the key of an object. Keys identify objects across
 // versions, so a key function must depend only on an object's identity
-// (its name, its etcd key), never on its contents.
+// (its name, its etcd key), never on its contents. A key function that
+// fails or panics on an object (see PanicError) fails that object only.
 type KeyFunc[K comparable, T any] func(obj T) (K, error)
 
 // keyOf applies f and wraps a failure in a *KeyError.

@@ -49,8 +49,8 @@ var _ Store[string, int] = (*FIFO[string, int])(nil)
 
 // Add stores obj as the value of its key, replacing any value not yet
 // popped, and queues the key if it is not queued. A key that stays queued
-// keeps its place. If the key function fails, Add returns a *KeyError and
-// changes nothing.
+// keeps its place. If the key function fails or panics (see PanicError),
+// Add returns a *KeyError and changes nothing.
 func (f *FIFO[K, T]) Add(obj T) error { return f.put(obj, true) }
 
 // Update is Add: a FIFO does not tell new objects from changed ones.
@@ -63,13 +63,16 @@ func (f *FIFO[K, T]) Update(obj T) error { return f.Add(obj) }
 // a *KeyError and changes nothing.
 func (f *FIFO[K, T]) AddIfNotPresent(obj T) error { return f.put(obj, false) }
 
-func (f *FIFO[K, T]) put(obj T, overwrite bool) error {
+func (f *FIFO[K, T]) put(obj T, overwrite bool) (err error) {
+	inKey, locked := true, false
+	defer settleKey(&f.queueBase, &inKey, &locked, obj, &err)
 	key, err := keyOf(f.keyFunc, obj)
+	inKey = false
 	if err != nil {
 		return err
 	}
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	locked = true
 	f.initial.populateLocked()
 	f.putLocked(key, obj, overwrite)
 	return nil
@@ -91,14 +94,17 @@ func (f *FIFO[K, T]) putLocked(key K, obj T, overwrite bool) {
 
 // Delete removes the value stored under obj's key, so that it is not
 // popped. Deleting a key with no value does nothing. If the key function
-// fails, Delete returns a *KeyError and changes nothing.
-func (f *FIFO[K, T]) Delete(obj T) error {
+// fails or panics, Delete returns a *KeyError and changes nothing.
+func (f *FIFO[K, T]) Delete(obj T) (err error) {
+	inKey, locked := true, false
+	defer settleKey(&f.queueBase, &inKey, &locked, obj, &err)
 	key, err := keyOf(f.keyFunc, obj)
+	inKey = false
 	if err != nil {
 		return err
 	}
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	locked = true
 	f.initial.populateLocked()
 	if it, queued := f.q.find(key); queued && !it.deleted {
 		// The key stays queued (removing it would mean searching the
@@ -113,27 +119,17 @@ func (f *FIFO[K, T]) Delete(obj T) error {
 // and are listed keep their place; listed keys that were not queued are
 // queued after them, in list order; every other key is dropped. Of
 // several objects with the same key the last wins. Objects whose key
-// cannot be computed are skipped; Replace applies the rest and returns
-// the errors joined (each a *KeyError). The version is not used.
+// cannot be computed (the key function fails or panics) are skipped;
+// Replace applies the rest and returns the errors joined (each a
+// *KeyError). The version is not used.
 func (f *FIFO[K, T]) Replace(list []T, _ string) error {
-	var errs []error
+	l := fifoList[K, T]{vals: make(map[K]T, len(list))}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	vals := make(map[K]T, len(list))
-	var fresh []K // listed keys not queued, in list order
-	for _, obj := range list {
-		key, err := keyOf(f.keyFunc, obj)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if _, dup := vals[key]; !dup {
-			if _, queued := f.q.find(key); !queued {
-				fresh = append(fresh, key)
-			}
-		}
-		vals[key] = obj
+	for n := 0; n < len(list); {
+		n = f.keysLocked(&l, list, n)
 	}
+	vals, fresh, errs := l.vals, l.fresh, l.errs
 	var next keyedQueue[K, fifoItem[T]]
 	next.reserve(len(vals))
 	for key := range f.q.all() {
@@ -154,6 +150,46 @@ func (f *FIFO[K, T]) Replace(list []T, _ string) error {
 	return errors.Join(errs...)
 }
 
+// fifoList is a list Replace is reading.
+type fifoList[K comparable, T any] struct {
+	vals  map[K]T
+	fresh []K // listed keys not queued, in list order
+	errs  []error
+}
+
+// keysLocked reads list[n:] into l and returns len(list), or, if the key
+// function panics on an object, the position after it, which it leaves
+// out; the caller goes on from there. One deferred call per list, not per
+// object.
+func (f *FIFO[K, T]) keysLocked(l *fifoList[K, T], list []T, n int) (next int) {
+	inKey := false
+	defer func() {
+		if inKey {
+			if v := recover(); v != nil {
+				l.errs = append(l.errs, &KeyError{Object: list[next], Err: panicked(v)})
+				next++
+			}
+		}
+	}()
+	for next = n; next < len(list); next++ {
+		obj := list[next]
+		inKey = true
+		key, err := keyOf(f.keyFunc, obj)
+		inKey = false
+		if err != nil {
+			l.errs = append(l.errs, err)
+			continue
+		}
+		if _, dup := l.vals[key]; !dup {
+			if _, queued := f.q.find(key); !queued {
+				l.fresh = append(l.fresh, key)
+			}
+		}
+		l.vals[key] = obj
+	}
+	return next
+}
+
 // Resync queues every stored key that is not queued. A FIFO keeps a value
 // only until it is popped, so every stored key is queued already and
 // Resync has nothing to do; it exists so that FIFO satisfies
@@ -161,9 +197,9 @@ func (f *FIFO[K, T]) Replace(list []T, _ string) error {
 func (f *FIFO[K, T]) Resync() error { return nil }
 
 // Get returns the value stored under obj's key, if any. If the key
-// function fails it returns a *KeyError.
+// function fails or panics it returns a *KeyError.
 func (f *FIFO[K, T]) Get(obj T) (T, bool, error) {
-	key, err := keyOf(f.keyFunc, obj)
+	key, err := keyOfGuarded(f.keyFunc, obj)
 	if err != nil {
 		var zero T
 		return zero, false, err
@@ -297,6 +333,22 @@ type queueBase struct {
 }
 
 func (q *queueBase) init() { q.cond.L = &q.mu }
+
+// settleKey is what the methods that compute the key of an object they
+// are given defer: it releases q's lock if *locked, and turns a panic of
+// the key function, which runs while *inKey is set, into obj's *KeyError
+// in *err. One deferred call serves both, as a second would cost every
+// call.
+func settleKey[T any](q *queueBase, inKey, locked *bool, obj T, err *error) {
+	if *locked {
+		q.mu.Unlock()
+	}
+	if *inKey {
+		if v := recover(); v != nil {
+			*err = &KeyError{Object: obj, Err: panicked(v)}
+		}
+	}
+}
 
 func (q *queueBase) close() {
 	q.mu.Lock()

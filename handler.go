@@ -118,15 +118,13 @@ type HandlerOptions struct {
 
 // HandlerPanicError reports a handler that panicked. The panic is
 // recovered; the notification that caused it is dropped for that handler
-// only, and the handler goes on receiving notifications.
+// only, and the handler goes on receiving notifications. Its Value and
+// Stack are the panic's; errors.As finds its *PanicError too.
 type HandlerPanicError struct {
 	// Handler is the handler's name (HandlerOptions.Name); empty if it
 	// has none.
 	Handler string
-	// Value is the value the handler panicked with.
-	Value any
-	// Stack is the goroutine's stack at the panic.
-	Stack []byte
+	PanicError
 }
 
 // Error implements error.
@@ -136,6 +134,9 @@ func (e *HandlerPanicError) Error() string {
 	}
 	return fmt.Sprintf("mirror: event handler panicked: %v", e.Value)
 }
+
+// Unwrap returns the panic.
+func (e *HandlerPanicError) Unwrap() error { return &e.PanicError }
 
 // minResyncPeriod is the shortest resync period a handler can have: a
 // tighter loop would mostly burn CPU re-delivering unchanged objects.

@@ -10,7 +10,8 @@ import (
 // its namespace or its labels. It may return any number of values, including
 // none. It must depend only on obj's value: when an object is replaced or
 // deleted, the Indexer calls it again on the stored object to find the
-// entries to remove.
+// entries to remove. One that fails or panics on an object (see
+// PanicError) fails that object only.
 type IndexFunc[T any] func(obj T) ([]string, error)
 
 // Indexers names index functions. A nil function indexes no object.
@@ -28,7 +29,8 @@ type IndexError struct {
 	Index string
 	// Object is the object it failed for.
 	Object any
-	// Err is the index function's error.
+	// Err is the index function's error, or a *PanicError if it
+	// panicked.
 	Err error
 }
 
@@ -65,19 +67,33 @@ func (d *indexDefs[T]) add(indexers Indexers[T]) {
 	}
 }
 
-// values appends obj's values for every index to dst.
-func (d *indexDefs[T]) values(dst [][]string, obj T) ([][]string, error) {
+// values appends obj's values for every index to dst. It records in at
+// which index function runs.
+func (d *indexDefs[T]) values(dst [][]string, obj T, at *calling) ([][]string, error) {
 	for j, f := range d.funcs {
 		var v []string
 		if f != nil {
+			at.fn, at.index = inIndexFunc, j
 			var err error
-			if v, err = f(obj); err != nil {
+			v, err = f(obj)
+			at.fn = noCallback
+			if err != nil {
 				return dst, &IndexError{Index: d.names[j], Object: obj, Err: err}
 			}
 		}
 		dst = append(dst, v)
 	}
 	return dst, nil
+}
+
+// indexerFailure returns the error of obj, on which the key function or
+// (at.fn) an index function of defs panicked with v. The function that
+// recovered must call it (see panicked).
+func indexerFailure[T any](at calling, defs *indexDefs[T], obj T, v any) error {
+	if at.fn == inIndexFunc {
+		return &IndexError{Index: defs.names[at.index], Object: obj, Err: panicked(v)}
+	}
+	return &KeyError{Object: obj, Err: panicked(v)}
 }
 
 // priorValues is a stored object's values for one index, computed again

@@ -38,6 +38,12 @@ var (
 
 // InformerOptions configures an Informer. KeyFunc is required; every
 // other field has a useful zero value.
+//
+// The functions among the options (KeyFunc, the Indexers, Transform,
+// ResourceVersion, SameObject) may panic: a panic on an object is
+// recovered and reported as that object's failure, with a *PanicError
+// inside, and the object is skipped as for the function's error (see
+// PanicError).
 type InformerOptions[K comparable, T any] struct {
 	// Name identifies the informer, and its Reflector, in logs, errors
 	// and metrics.
@@ -72,7 +78,9 @@ type InformerOptions[K comparable, T any] struct {
 	// ResourceVersion, if set, returns an object's version. A relist
 	// that finds an object at the version already cached then offers it
 	// only to handlers due for a resync, like client-go; without it, every
-	// relisted object is delivered to every handler as an update.
+	// relisted object is delivered to every handler as an update. If it
+	// panics, the relisted state is left out, as SameObject's panic
+	// leaves it.
 	ResourceVersion func(obj T) string
 
 	// SameObject, if set, reports whether two states of one key belong to
@@ -85,7 +93,9 @@ type InformerOptions[K comparable, T any] struct {
 	// the first one's deletion was not seen, which happens when history
 	// was compacted while the watch was down. Without SameObject a key's
 	// states are all taken for one object. The adapters' constructors
-	// set it.
+	// set it. If it panics, the incoming state is left out: the cache
+	// keeps the cached one, no handler hears of the change, and an
+	// *ObjectError naming the key reports the panic.
 	SameObject func(cached, incoming T) bool
 
 	// SyncFailureLimit is how many failures wrapping ErrPermanent the
@@ -110,13 +120,14 @@ type InformerOptions[K comparable, T any] struct {
 	ListWatch ListWatchOptions
 
 	// ErrorHandler sees every failure: failed lists and watches, objects
-	// skipped (*ObjectError, *KeyError, *IndexError) and handler panics
+	// skipped (*ObjectError, *KeyError, *IndexError, and a *PanicError
+	// inside them for a function that panicked) and handler panics
 	// (*HandlerPanicError). An object skipped by a watch is reported
 	// before handlers see it leave (OnDelete with finalStateUnknown). Nil
-	// means logging them through Logger: at Warn, but a handler's panic
-	// at Error with the handler's name and the stack, and an error
-	// identical to one logged in the last minute only as a count the next
-	// time it is logged.
+	// means logging them through Logger: at Warn, but a panic at Error
+	// with the stack (and a handler's with the handler's name), and an
+	// error identical to one logged in the last minute only as a count
+	// the next time it is logged.
 	ErrorHandler func(err error)
 
 	// Logger receives the informer's logs; nil means slog.Default(). To
@@ -166,6 +177,10 @@ type Informer[K comparable, T any] struct {
 	// belong to the goroutine applying.
 	applied  uint64
 	measured InformerMetrics
+	// applying is the change being applied while SameObject or
+	// ResourceVersion runs on it, to undo if it panics. It belongs to the
+	// goroutine applying.
+	applying applyCall[K, T]
 	// applyErrors and checkpointErrors count the errors the informer
 	// reports of its own, for Stats.
 	applyErrors, checkpointErrors atomic.Int64

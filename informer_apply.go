@@ -3,6 +3,7 @@ package mirror
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -65,11 +66,10 @@ func (inf *Informer[K, T]) measureWait() {
 func (inf *Informer[K, T]) applyDeltas(batch []QueuedDeltas[K, T]) error {
 	inf.applyMu.Lock()
 	defer inf.applyMu.Unlock()
-	for _, item := range batch {
-		for _, d := range item.Deltas {
-			inf.applyDelta(item.Key, d, item.IsInInitialList)
-		}
+	for i, j := 0, 0; i < len(batch); {
+		i, j = inf.applyDeltasFrom(batch, i, j)
 	}
+	inf.applying = applyCall[K, T]{} // drop the reference to an object
 	// Keys pop in the order they were first queued, not in the order of
 	// their changes: the cache is at a version only once the queue has
 	// drained.
@@ -82,50 +82,109 @@ func (inf *Informer[K, T]) applyDeltas(batch []QueuedDeltas[K, T]) error {
 	return nil
 }
 
+// applyDeltasFrom applies batch from the j-th delta of its i-th key on,
+// and returns len(batch), 0. If SameObject or ResourceVersion panics on a
+// delta, it undoes that delta (see undoApplying) and returns the position
+// of the next, and the caller goes on from there: one deferred call per
+// batch, not per delta.
+func (inf *Informer[K, T]) applyDeltasFrom(batch []QueuedDeltas[K, T], i, j int) (ni, nj int) {
+	defer func() {
+		if inf.applying.fn != noCallback {
+			if v := recover(); v != nil {
+				inf.undoApplying(v)
+				if nj++; nj == len(batch[ni].Deltas) {
+					ni, nj = ni+1, 0
+				}
+			}
+		}
+	}()
+	for ni, nj = i, j; ni < len(batch); ni, nj = ni+1, 0 {
+		item := &batch[ni]
+		for ; nj < len(item.Deltas); nj++ {
+			inf.applyDelta(item.Key, item.Deltas[nj], item.IsInInitialList)
+		}
+	}
+	return ni, nj
+}
+
 // applyEntries applies an in-order batch. The queue's lock is not held:
 // only this goroutine writes the cache, so each entry sees the cache as
 // every earlier entry left it.
 func (inf *Informer[K, T]) applyEntries(batch []inOrderEntry[K, T]) {
 	inf.applyMu.Lock()
 	defer inf.applyMu.Unlock()
-	for i := range batch {
-		e := &batch[i]
-		initial := e.completesSync && !inf.synced.Load()
-		switch e.kind {
-		case entryAdded:
-			inf.applyDelta(e.key, Delta[T]{Type: Added, Object: e.obj}, false)
-		case entryUpdated:
-			inf.applyDelta(e.key, Delta[T]{Type: Updated, Object: e.obj}, false)
-		case entryDeleted:
-			inf.applyDelete(e.key, Delta[T]{Type: Deleted, Object: e.obj}, false)
-		case entryDeletedKeyOnly:
-			inf.applyDelete(e.key, Delta[T]{Type: Deleted, Object: e.obj}, true)
-		case entryEvicted:
-			inf.applyDelete(e.key, Delta[T]{Type: Deleted, Tombstone: true}, true)
-		case entryListChunk:
-			inf.applyListPart(e.part, e.initialList)
-		case entryListEnd:
-			inf.applyListEnd(initial)
-		case entryListAbort:
-			// What a direct list applied stays: the next list, read at
-			// a version no older, corrects it (see listApplier).
-			inf.listing = nil
-		case entryResync:
-			inf.resyncLocked(time.Now())
-		case entryProgress, entryResumed:
-		}
-		if e.rv != "" {
-			inf.appliedRV = e.rv
-			inf.partial.set(position{rv: e.rv, more: e.more})
-		}
-		if e.completesSync {
-			// The listeners must count the initial-list adds before
-			// they may see the informer synced.
-			inf.proc.publish()
-			inf.markSynced()
-		}
+	for i := 0; i < len(batch); {
+		i = inf.applyEntriesFrom(batch, i)
 	}
+	inf.applying = applyCall[K, T]{} // drop the reference to an object
 	inf.proc.publish()
+}
+
+// applyEntriesFrom applies batch[i:] and returns len(batch). If
+// SameObject or ResourceVersion panics on the change of an entry, it
+// undoes that change (see undoApplying), completes the entry, and returns
+// the position of the next, and the caller goes on from there: one
+// deferred call per batch, not per entry. (Entries of many changes, list
+// chunks and ends, go on past such a change themselves.)
+func (inf *Informer[K, T]) applyEntriesFrom(batch []inOrderEntry[K, T], i int) (next int) {
+	defer func() {
+		if inf.applying.fn != noCallback {
+			if v := recover(); v != nil {
+				inf.undoApplying(v)
+				inf.entryApplied(&batch[next])
+				next++
+			}
+		}
+	}()
+	for next = i; next < len(batch); next++ {
+		e := &batch[next]
+		inf.applyEntry(e)
+		inf.entryApplied(e)
+	}
+	return next
+}
+
+// applyEntry applies the change, list chunk or end, or resync of e.
+func (inf *Informer[K, T]) applyEntry(e *inOrderEntry[K, T]) {
+	initial := e.completesSync && !inf.synced.Load()
+	switch e.kind {
+	case entryAdded:
+		inf.applyDelta(e.key, Delta[T]{Type: Added, Object: e.obj}, false)
+	case entryUpdated:
+		inf.applyDelta(e.key, Delta[T]{Type: Updated, Object: e.obj}, false)
+	case entryDeleted:
+		inf.applyDelete(e.key, Delta[T]{Type: Deleted, Object: e.obj}, false)
+	case entryDeletedKeyOnly:
+		inf.applyDelete(e.key, Delta[T]{Type: Deleted, Object: e.obj}, true)
+	case entryEvicted:
+		inf.applyDelete(e.key, Delta[T]{Type: Deleted, Tombstone: true}, true)
+	case entryListChunk:
+		inf.applyListPart(e.part, e.initialList)
+	case entryListEnd:
+		inf.applyListEnd(initial)
+	case entryListAbort:
+		// What a direct list applied stays: the next list, read at
+		// a version no older, corrects it (see listApplier).
+		inf.listing = nil
+	case entryResync:
+		inf.resyncLocked(time.Now())
+	case entryProgress, entryResumed:
+	}
+}
+
+// entryApplied records that e is applied: the version it brings the cache
+// to, and the sync it completes.
+func (inf *Informer[K, T]) entryApplied(e *inOrderEntry[K, T]) {
+	if e.rv != "" {
+		inf.appliedRV = e.rv
+		inf.partial.set(position{rv: e.rv, more: e.more})
+	}
+	if e.completesSync {
+		// The listeners must count the initial-list adds before they
+		// may see the informer synced.
+		inf.proc.publish()
+		inf.markSynced()
+	}
 }
 
 // listing is the list whose chunks the in-order queue is handing over.
@@ -154,10 +213,42 @@ func (inf *Informer[K, T]) applyListPart(part *listPart[K, T], initialList bool)
 		l.staged.add(part)
 		return
 	}
-	initial := initialList && !inf.synced.Load()
-	for k, obj := range part.all() {
-		inf.applyDelta(k, Delta[T]{Type: Replaced, Object: obj}, initial)
+	inf.applyPart(part, initialList && !inf.synced.Load())
+}
+
+// applyPart applies the objects of a list chunk as Replaced deltas.
+func (inf *Informer[K, T]) applyPart(part *listPart[K, T], initial bool) {
+	for i := 0; i < len(part.objs); {
+		i = inf.applyPartFrom(part, i, initial)
 	}
+}
+
+// applyPartFrom applies the objects of part from the i-th on, as
+// applyPart, and returns len(part.objs). If SameObject or ResourceVersion
+// panics on one, it undoes that object's delta (see undoApplying) and
+// returns the position of the next: one deferred call per chunk, not per
+// object.
+func (inf *Informer[K, T]) applyPartFrom(part *listPart[K, T], i int, initial bool) (next int) {
+	defer func() {
+		if inf.applying.fn != noCallback {
+			if v := recover(); v != nil {
+				inf.undoApplying(v)
+				next++
+			}
+		}
+	}()
+	skip := part.skip
+	for len(skip) > 0 && skip[0] < i {
+		skip = skip[1:]
+	}
+	for next = i; next < len(part.objs); next++ {
+		if len(skip) > 0 && skip[0] == next {
+			skip = skip[1:]
+			continue
+		}
+		inf.applyDelta(part.keys[next], Delta[T]{Type: Replaced, Object: part.objs[next]}, initial)
+	}
+	return next
 }
 
 // applyListEnd completes the list in progress: a staged list is applied
@@ -182,8 +273,8 @@ func (inf *Informer[K, T]) applyReplace(list *relist[K, T], initial bool) {
 	// What is left are listed keys: make room for the whole list at once
 	// rather than growing the cache step by step as it fills.
 	inf.cache.reserve(list.n)
-	for k, obj := range list.all() {
-		inf.applyDelta(k, Delta[T]{Type: Replaced, Object: obj}, initial)
+	for _, p := range list.parts {
+		inf.applyPart(p, initial)
 	}
 }
 
@@ -223,22 +314,54 @@ func (inf *Informer[K, T]) applyDelta(key K, d Delta[T], initial bool) {
 			inf.report(err)
 			return
 		}
-		if existed && d.Type != Sync && inf.opts.SameObject != nil && !inf.opts.SameObject(old, d.Object) {
-			// The key now names another object: the one cached left
-			// the source unseen (deleted, then the key re-created), so
-			// an update from one to the other would be a lie.
-			inf.proc.distribute(notification[K, T]{kind: notifyDelete, key: key, obj: old, unknown: true}, false)
-			existed = false
+		if existed && d.Type != Sync && inf.opts.SameObject != nil {
+			inf.applying = applyCall[K, T]{fn: inSameObject, key: key, old: old}
+			same := inf.opts.SameObject(old, d.Object)
+			inf.applying.fn = noCallback
+			if !same {
+				// The key now names another object: the one cached
+				// left the source unseen (deleted, then the key
+				// re-created), so an update from one to the other
+				// would be a lie.
+				inf.proc.distribute(notification[K, T]{kind: notifyDelete, key: key, obj: old, unknown: true}, false)
+				existed = false
+			}
 		}
 		if !existed {
 			inf.proc.distribute(notification[K, T]{kind: notifyAdd, key: key, obj: d.Object, initial: initial}, false)
 			return
 		}
-		isSync := d.Type == Sync ||
-			(d.Type == Replaced && inf.opts.ResourceVersion != nil &&
-				inf.opts.ResourceVersion(old) == inf.opts.ResourceVersion(d.Object))
+		isSync := d.Type == Sync
+		if d.Type == Replaced && inf.opts.ResourceVersion != nil {
+			inf.applying = applyCall[K, T]{fn: inResourceVersion, key: key, old: old}
+			isSync = inf.opts.ResourceVersion(old) == inf.opts.ResourceVersion(d.Object)
+			inf.applying.fn = noCallback
+		}
 		inf.proc.distribute(notification[K, T]{kind: notifyUpdate, key: key, old: old, obj: d.Object}, isSync)
 	}
+}
+
+// applyCall is a change the cache has made while a user function judges
+// it: the function, the key, and the state the cache held before.
+type applyCall[K comparable, T any] struct {
+	fn  callback
+	key K
+	old T
+}
+
+// undoApplying undoes the change whose SameObject or ResourceVersion
+// panicked with v, and reports the panic as the failure of that change's
+// object: as for an object the cache refuses, the cache holds what it held
+// before, and no handler hears of the change. The function that recovered
+// must call it (see panicked).
+func (inf *Informer[K, T]) undoApplying(v any) {
+	a := inf.applying
+	inf.applying = applyCall[K, T]{}
+	err := &ObjectError{Key: fmt.Sprint(a.key), Err: fmt.Errorf("mirror: %v: %w", a.fn, panicked(v))}
+	// a.old was stored, so its key and index values compute.
+	_, _, _ = inf.cache.Set(a.key, a.old)
+	inf.applyErrors.Add(1)
+	inf.report(err)
 }
 
 // applyDelete removes key from the cache and notifies the handlers of the

@@ -3,7 +3,6 @@ package mirror
 import (
 	"context"
 	"errors"
-	"fmt"
 	"iter"
 	"sync"
 )
@@ -104,6 +103,15 @@ type listPart[K comparable, T any] struct {
 	// cache keeps what it holds for them rather than finding them gone,
 	// as a DeltaFIFO keeps them.
 	kept []K
+}
+
+// skipped leaves out the object at i, whose key is k if known; its
+// transform failed if kept, and the cache then keeps what it holds for k.
+func (c *listPart[K, T]) skipped(i int, k K, kept bool) {
+	c.skip = append(c.skip, i)
+	if kept {
+		c.kept = append(c.kept, k)
+	}
 }
 
 // len returns the number of objects c applies.
@@ -211,8 +219,20 @@ func (q *inOrderQueue[K, T]) event(ev Event[T]) error {
 
 // queueKeyOnly queues a deletion or eviction whose object holds only the
 // key; it is not transformed, as a transform may need more.
-func (q *inOrderQueue[K, T]) queueKeyOnly(kind entryKind, obj T, pos position) error {
+func (q *inOrderQueue[K, T]) queueKeyOnly(kind entryKind, obj T, pos position) (err error) {
+	var at calling
+	defer func() {
+		// push defers nothing, so that this is the one deferred call
+		// of a change: a second would cost every change.
+		if at.fn != noCallback {
+			if v := recover(); v != nil {
+				err = q.failed(kind, *new(K), false, pos, callbackFailure(at.fn, nil, obj, v))
+			}
+		}
+	}()
+	at.fn = inKeyFunc
 	k, err := keyOf(q.keyFunc, obj)
+	at.fn = noCallback
 	if err != nil {
 		q.progress(pos)
 		return err
@@ -226,14 +246,16 @@ func (q *inOrderQueue[K, T]) queueKeyOnly(kind entryKind, obj T, pos position) e
 }
 
 // transformed applies the transform, if any, to obj, whose key is k, as
-// DeltaFIFO does.
-func (q *inOrderQueue[K, T]) transformed(k K, obj T) (T, error) {
+// DeltaFIFO does. It records in at that the transform runs.
+func (q *inOrderQueue[K, T]) transformed(k K, obj T, at *calling) (T, error) {
 	if q.transform == nil {
 		return obj, nil
 	}
+	at.fn = inTransform
 	out, err := q.transform(obj)
+	at.fn = noCallback
 	if err != nil {
-		return obj, fmt.Errorf("mirror: transform object with key %v: %w", k, err)
+		return obj, transformError(k, err)
 	}
 	return out, nil
 }
@@ -242,23 +264,43 @@ func (q *inOrderQueue[K, T]) transformed(k K, obj T) (T, error) {
 // out, and so is an addition or update whose transform fails; a deletion
 // whose transform fails is queued with the key alone, as DeleteKeyOnly
 // queues it, since the object is gone whatever its last state looked like.
-// Either way the error is returned.
-func (q *inOrderQueue[K, T]) queueChange(kind entryKind, obj T, pos position) error {
-	k, err := keyOf(q.keyFunc, obj)
-	if err != nil {
-		q.progress(pos)
-		return err
-	}
-	if obj, err = q.transformed(k, obj); err != nil {
-		if kind == entryDeleted {
-			q.push(inOrderEntry[K, T]{kind: entryDeletedKeyOnly, key: k, rv: pos.rv, more: pos.more})
-		} else {
-			q.progress(pos)
+// Either way the error is returned. A key function or transform that
+// panics fails (see PanicError).
+func (q *inOrderQueue[K, T]) queueChange(kind entryKind, obj T, pos position) (err error) {
+	var at calling
+	var k K
+	defer func() {
+		// As in queueKeyOnly.
+		if at.fn != noCallback {
+			if v := recover(); v != nil {
+				err = q.failed(kind, k, at.fn == inTransform, pos, callbackFailure(at.fn, k, obj, v))
+			}
 		}
-		return err
+	}()
+	at.fn = inKeyFunc
+	k, err = keyOf(q.keyFunc, obj)
+	at.fn = noCallback
+	if err != nil {
+		return q.failed(kind, k, false, pos, err)
+	}
+	if obj, err = q.transformed(k, obj, &at); err != nil {
+		return q.failed(kind, k, true, pos, err)
 	}
 	q.push(inOrderEntry[K, T]{kind: kind, key: k, obj: obj, rv: pos.rv, more: pos.more})
 	return nil
+}
+
+// failed queues what is left of a change of kind at pos whose key or,
+// if byTransform, transform failed with err, and returns err. A key
+// function's failure leaves the change out; a transform's leaves out an
+// addition or update, and makes a deletion one of the key k alone.
+func (q *inOrderQueue[K, T]) failed(kind entryKind, k K, byTransform bool, pos position, err error) error {
+	if kind == entryDeleted && byTransform {
+		q.push(inOrderEntry[K, T]{kind: entryDeletedKeyOnly, key: k, rv: pos.rv, more: pos.more})
+	} else {
+		q.progress(pos)
+	}
+	return err
 }
 
 // progress queues the position of an event whose change is left out, so
@@ -270,7 +312,8 @@ func (q *inOrderQueue[K, T]) progress(pos position) {
 }
 
 // Replace queues the whole list: one chunk, then its end. Objects whose
-// key or transform fails are left out and reported; the rest are queued.
+// key or transform fails or panics are left out and reported; the rest are
+// queued.
 // The cached state of a key whose object failed its transform is kept.
 func (q *inOrderQueue[K, T]) Replace(list []T, rv string) error {
 	err := q.listChunk(list)
@@ -279,33 +322,61 @@ func (q *inOrderQueue[K, T]) Replace(list []T, rv string) error {
 
 // listChunk queues the next chunk of a list (see listApplier) with its
 // keys, computed here, on the producer's goroutine, rather than when the
-// consumer applies it. Objects whose key or transform fails are left out
-// and reported. It keeps items, which it does not change.
+// consumer applies it. Objects whose key or transform fails or panics are
+// left out and reported. It keeps items, which it does not change.
 func (q *inOrderQueue[K, T]) listChunk(items []T) error {
 	c := &listPart[K, T]{objs: items, keys: make([]K, len(items))}
 	if q.transform != nil {
 		c.objs = make([]T, len(items))
 	}
 	var errs []error
-	for i, obj := range items {
-		k, err := keyOf(q.keyFunc, obj)
-		if err == nil {
-			if obj, err = q.transformed(k, obj); err != nil {
-				c.kept = append(c.kept, k)
-			}
-		}
-		if err != nil {
-			errs = append(errs, err)
-			c.skip = append(c.skip, i)
-			continue
-		}
-		c.keys[i] = k
-		if q.transform != nil {
-			c.objs[i] = obj
-		}
+	for i := 0; i < len(items); {
+		i = q.prepare(c, items, i, &errs)
 	}
 	q.push(inOrderEntry[K, T]{kind: entryListChunk, part: c})
 	return errors.Join(errs...)
+}
+
+// prepare fills c with the keys and transformed objects of items[i:],
+// leaving out those whose key or transform fails and appending their
+// errors to errs. It returns len(items), or, if the key function or the
+// transform panics on an item, the position after it, which it leaves
+// out; the caller goes on from there. One deferred call per chunk, not per
+// object.
+func (q *inOrderQueue[K, T]) prepare(c *listPart[K, T], items []T, i int, errs *[]error) (next int) {
+	var at calling
+	var k K
+	defer func() {
+		if at.fn != noCallback {
+			if v := recover(); v != nil {
+				*errs = append(*errs, callbackFailure(at.fn, k, items[next], v))
+				c.skipped(next, k, at.fn == inTransform)
+				next++
+			}
+		}
+	}()
+	for next = i; next < len(items); next++ {
+		obj := items[next]
+		var err error
+		at.fn = inKeyFunc
+		k, err = keyOf(q.keyFunc, obj)
+		at.fn = noCallback
+		if err != nil {
+			*errs = append(*errs, err)
+			c.skipped(next, k, false)
+			continue
+		}
+		if obj, err = q.transformed(k, obj, &at); err != nil {
+			*errs = append(*errs, err)
+			c.skipped(next, k, true)
+			continue
+		}
+		c.keys[next] = k
+		if q.transform != nil {
+			c.objs[next] = obj
+		}
+	}
+	return next
 }
 
 // listDone queues the end of the list whose chunks were queued since the
@@ -333,9 +404,10 @@ func (q *inOrderQueue[K, T]) Resync() error {
 	return nil
 }
 
+// push queues e. It defers nothing (see queueChange); nothing it does
+// can panic.
 func (q *inOrderQueue[K, T]) push(e inOrderEntry[K, T]) {
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	switch {
 	case e.kind == entryListChunk:
 		// A list completes the sync with its end, not before.
@@ -347,6 +419,7 @@ func (q *inOrderQueue[K, T]) push(e inOrderEntry[K, T]) {
 	}
 	if e.kind == entryResync {
 		if q.resyncQueued {
+			q.mu.Unlock()
 			return
 		}
 		q.resyncQueued = true
@@ -355,6 +428,7 @@ func (q *inOrderQueue[K, T]) push(e inOrderEntry[K, T]) {
 	q.adds++
 	q.arrivals.queued(q.adds)
 	q.cond.Signal()
+	q.mu.Unlock()
 }
 
 // stats returns the number of entries waiting and of entries ever queued.

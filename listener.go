@@ -3,7 +3,6 @@ package mirror
 import (
 	"context"
 	"iter"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -476,7 +475,7 @@ func (l *listener[K, T]) call(n *notification[K, T]) {
 	defer func() {
 		if v := recover(); v != nil {
 			l.panics.Add(1)
-			l.report(&HandlerPanicError{Handler: l.name, Value: v, Stack: debug.Stack()})
+			l.report(&HandlerPanicError{Handler: l.name, PanicError: *panicked(v)})
 		}
 	}()
 	switch n.kind {

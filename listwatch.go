@@ -266,8 +266,10 @@ var (
 	ErrPermanent = errors.New("mirror: source refused permanently")
 )
 
-// ObjectError reports one object that a source could not produce, with the
-// key the source knows it by. The object is skipped; nothing else is lost.
+// ObjectError reports one object that a source could not produce, or an
+// informer could not apply because SameObject or ResourceVersion panicked
+// on it, with the key the source knows it by (for an informer, its key
+// formatted with %v). The object is skipped; nothing else is lost.
 type ObjectError struct {
 	// Key is the source's name for the object (an etcd key, a
 	// namespace/name).
@@ -275,7 +277,8 @@ type ObjectError struct {
 	// ResourceVersion is the version at which the object was read, if
 	// known.
 	ResourceVersion string
-	// Err is the cause, such as a decode error.
+	// Err is the cause, such as a decode error, or one that wraps a
+	// *PanicError and names the function that panicked.
 	Err error
 }
 

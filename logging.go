@@ -54,8 +54,8 @@ func (l *logLimiter) allow(key string, now time.Time) (ok bool, skipped int) {
 }
 
 // logError logs err, which msg introduces, unless the same error was
-// logged within logRepeatWindow. A handler's panic is logged at Error
-// with the handler's name and the stack; everything else at Warn.
+// logged within logRepeatWindow. A panic is logged at Error with the
+// stack, and a handler's with the handler's name; everything else at Warn.
 func (l *logLimiter) logError(logger *slog.Logger, msg string, err error) {
 	ok, skipped := l.allow(errorKey(err), time.Now())
 	if !ok {
@@ -63,10 +63,14 @@ func (l *logLimiter) logError(logger *slog.Logger, msg string, err error) {
 	}
 	level := slog.LevelWarn
 	attrs := []any{"err", err}
-	var pe *HandlerPanicError
+	var hpe *HandlerPanicError
+	var pe *PanicError
+	if errors.As(err, &hpe) {
+		attrs = append(attrs, "handler", hpe.Handler)
+	}
 	if errors.As(err, &pe) {
 		level = slog.LevelError
-		attrs = append(attrs, "handler", pe.Handler, "stack", string(pe.Stack))
+		attrs = append(attrs, "stack", string(pe.Stack))
 	}
 	if skipped > 0 {
 		attrs = append(attrs, "repeated", skipped, "over", logRepeatWindow)

@@ -46,7 +46,7 @@ func TestLogLimiter_PanicsAreLoggedAtErrorWithTheHandlerAndStack(t *testing.T) {
 	var buf syncBuffer
 	var l logLimiter
 	l.logError(slog.New(slog.NewTextHandler(&buf, nil)), "m",
-		&HandlerPanicError{Handler: "audit", Value: "boom", Stack: []byte("goroutine 7 [running]:")})
+		&HandlerPanicError{Handler: "audit", PanicError: PanicError{Value: "boom", Stack: []byte("goroutine 7 [running]:")}})
 	out := buf.String()
 	assert.Contains(t, out, "level=ERROR")
 	assert.Contains(t, out, "handler=audit")

@@ -2,7 +2,6 @@ package mirror
 
 import (
 	"errors"
-	"fmt"
 	"hash/maphash"
 	"iter"
 	"maps"
@@ -65,8 +64,10 @@ type KnownObjects[K comparable, T any] interface {
 // on the stored objects a lookup meets, and writers call the index
 // functions only on the object being replaced or deleted, to find its
 // entries; AddIndexers is the exception and indexes every stored object
-// under the lock. A key or index function that panics leaves the Indexer
-// as it was.
+// under the lock. A key or index function that panics on an object a
+// method is given fails that method as an error would (see PanicError);
+// one that panics on a stored object panics the method. Either way the
+// Indexer is left as it was.
 //
 // All methods are safe for concurrent use. The zero value is not usable;
 // create Indexers with NewIndexer.
@@ -173,73 +174,108 @@ func newIndexer[K comparable, T any](keyFunc KeyFunc[K, T], indexers Indexers[T]
 
 // Add stores obj under its key, replacing any object stored there. It
 // returns a *KeyError or an *IndexError, and changes nothing, if the key
-// or an index value cannot be computed.
-func (i *Indexer[K, T]) Add(obj T) error { return i.store(obj) }
-
-// Update is Add: the Indexer does not distinguish them.
-func (i *Indexer[K, T]) Update(obj T) error { return i.store(obj) }
-
-func (i *Indexer[K, T]) store(obj T) error {
-	key, err := keyOf(i.keyFunc, obj)
-	if err != nil {
-		return err
-	}
-	_, _, err = i.set(key, obj, true)
+// or an index value cannot be computed: if the key or an index function
+// fails or panics on obj (see PanicError).
+func (i *Indexer[K, T]) Add(obj T) error {
+	var noKey K
+	_, _, err := i.put(noKey, false, obj)
 	return err
 }
 
+// Update is Add: the Indexer does not distinguish them.
+func (i *Indexer[K, T]) Update(obj T) error { return i.Add(obj) }
+
 // Delete removes the object with obj's key, if any. It fails, with a
 // *KeyError, only if the key cannot be computed.
-func (i *Indexer[K, T]) Delete(obj T) error {
+func (i *Indexer[K, T]) Delete(obj T) (err error) {
+	var at calling
+	locked := false
+	defer func() {
+		// One deferred call for the lock and a panic of the key
+		// function: a second would cost every call.
+		if locked {
+			i.mu.Unlock()
+		}
+		if at.fn != noCallback {
+			if v := recover(); v != nil {
+				err = &KeyError{Object: obj, Err: panicked(v)}
+			}
+		}
+	}()
+	at.fn = inKeyFunc
 	key, err := keyOf(i.keyFunc, obj)
+	at.fn = noCallback
 	if err != nil {
 		return err
 	}
-	i.DeleteKey(key)
+	i.mu.Lock()
+	locked = true
+	i.contents.delete(i.defs.Load(), key)
 	return nil
 }
 
 // Set stores obj under key, replacing any object stored there, and returns
 // the object it replaced. It is for callers that already know the key. It
-// fails only if an index function fails for obj; it then returns an
-// *IndexError and changes nothing.
+// fails only if an index function fails for obj, or the key function or
+// an index function panics on it; it then returns an *IndexError or a
+// *KeyError and changes nothing.
 //
 // An object stored under a key other than its own (what the key function
 // gives for it) is kept apart, in an ordinary map, at the cost of storing
 // that key.
 func (i *Indexer[K, T]) Set(key K, obj T) (old T, existed bool, err error) {
-	k, err := i.keyFunc(obj)
-	return i.set(key, obj, err == nil && k == key)
+	return i.put(key, true, obj)
 }
 
-// set is Set, told whether key is obj's key.
-func (i *Indexer[K, T]) set(key K, obj T, owned bool) (old T, existed bool, err error) {
+// put stores obj under key if keyed is set, or else under obj's own key:
+// it is Set, and Add and Update.
+func (i *Indexer[K, T]) put(key K, keyed bool, obj T) (old T, existed bool, err error) {
+	var at calling
+	var defs *indexDefs[T]
+	locked := false
+	defer func() {
+		// One deferred call for the lock and a panic of the key or an
+		// index function on obj: a second would cost every call. A panic
+		// under the lock, in a function called on a stored object, is
+		// not recovered (see PanicError); the Indexer is as it was.
+		if locked {
+			i.mu.Unlock()
+		}
+		if at.fn != noCallback {
+			if v := recover(); v != nil {
+				err = indexerFailure(at, defs, obj, v)
+			}
+		}
+	}()
+	at.fn = inKeyFunc
+	k, kerr := i.keyFunc(obj)
+	at.fn = noCallback
+	owned := kerr == nil && k == key
+	if !keyed {
+		if kerr != nil {
+			return old, false, &KeyError{Object: obj, Err: kerr}
+		}
+		key, owned = k, true
+	}
 	// Most Indexers have a few indexes; computing into an array on the
 	// stack saves an allocation per call.
 	var buf [4][]string
 	for {
-		defs := i.defs.Load()
-		vals, err := defs.values(buf[:0], obj)
-		if err != nil {
-			return old, false, err
+		defs = i.defs.Load()
+		vals, verr := defs.values(buf[:0], obj, &at)
+		if verr != nil {
+			return old, false, verr
 		}
-		if old, existed, ok := i.setIfCurrent(defs, key, obj, owned, vals); ok {
+		i.mu.Lock()
+		locked = true
+		if i.defs.Load() == defs {
+			old, existed = i.contents.set(defs, key, obj, owned, vals)
 			return old, existed, nil
 		}
 		// AddIndexers ran meanwhile: compute again with its indexes.
+		i.mu.Unlock()
+		locked = false
 	}
-}
-
-// setIfCurrent stores obj, whose values vals were computed with defs,
-// unless the Indexer's definitions are no longer defs.
-func (i *Indexer[K, T]) setIfCurrent(defs *indexDefs[T], key K, obj T, owned bool, vals [][]string) (old T, existed, ok bool) {
-	i.mu.Lock()
-	defer i.mu.Unlock() // key and index functions run under the lock and may panic
-	if i.defs.Load() != defs {
-		return old, false, false
-	}
-	old, existed = i.contents.set(defs, key, obj, owned, vals)
-	return old, existed, true
 }
 
 // reserve makes room for n objects in all, so that storing up to that many
@@ -268,31 +304,21 @@ func (i *Indexer[K, T]) DeleteKey(key K) (old T, existed bool) {
 }
 
 // Replace makes list the whole content of the Indexer; resourceVersion is
-// not used. An object whose key or index values cannot be computed is
-// skipped and the rest are stored; Replace then returns the failures
-// (*KeyError, *IndexError) joined with errors.Join. When several objects in
-// list have one key, the last one wins.
+// not used. An object whose key or index values cannot be computed (the
+// key or an index function fails or panics on it) is skipped and the rest
+// are stored; Replace then returns the failures (*KeyError, *IndexError)
+// joined with errors.Join. When several objects in list have one key, the
+// last one wins.
 //
 // Replace builds the new content before taking the lock, so readers see
 // either the old content or the new, and are blocked only for the swap.
 func (i *Indexer[K, T]) Replace(list []T, resourceVersion string) error {
-	var buf [4][]string
 	for {
 		defs := i.defs.Load()
 		c := i.newContents(defs, len(list))
 		var errs []error
-		for _, obj := range list {
-			key, err := keyOf(i.keyFunc, obj)
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			vals, err := defs.values(buf[:0], obj)
-			if err != nil {
-				errs = append(errs, err)
-				continue
-			}
-			c.set(defs, key, obj, true, vals)
+		for n := 0; n < len(list); {
+			n = i.fill(&c, defs, list, n, &errs)
 		}
 		i.mu.Lock()
 		if i.defs.Load() == defs {
@@ -305,6 +331,41 @@ func (i *Indexer[K, T]) Replace(list []T, resourceVersion string) error {
 	}
 }
 
+// fill stores list[n:] in c, which was built for defs, leaving out the
+// objects whose key or index values cannot be computed and appending
+// their errors to errs. It returns len(list), or, if the key or an index
+// function panics on an object, the position after it, and the caller
+// goes on from there: one deferred call per list, not per object.
+func (i *Indexer[K, T]) fill(c *contents[K, T], defs *indexDefs[T], list []T, n int, errs *[]error) (next int) {
+	var at calling
+	defer func() {
+		if at.fn != noCallback {
+			if v := recover(); v != nil {
+				*errs = append(*errs, indexerFailure(at, defs, list[next], v))
+				next++
+			}
+		}
+	}()
+	var buf [4][]string
+	for next = n; next < len(list); next++ {
+		obj := list[next]
+		at.fn = inKeyFunc
+		key, err := keyOf(i.keyFunc, obj)
+		at.fn = noCallback
+		if err != nil {
+			*errs = append(*errs, err)
+			continue
+		}
+		vals, err := defs.values(buf[:0], obj, &at)
+		if err != nil {
+			*errs = append(*errs, err)
+			continue
+		}
+		c.set(defs, key, obj, true, vals)
+	}
+	return next
+}
+
 // Resync does nothing: an Indexer has no consumer to offer its content to.
 // It always returns nil.
 func (i *Indexer[K, T]) Resync() error { return nil }
@@ -312,7 +373,7 @@ func (i *Indexer[K, T]) Resync() error { return nil }
 // Get returns the object stored under obj's key. It fails, with a
 // *KeyError, only if the key cannot be computed.
 func (i *Indexer[K, T]) Get(obj T) (item T, exists bool, err error) {
-	key, err := keyOf(i.keyFunc, obj)
+	key, err := keyOfGuarded(i.keyFunc, obj)
 	if err != nil {
 		return item, false, err
 	}
@@ -379,202 +440,4 @@ func (i *Indexer[K, T]) All() iter.Seq2[K, T] {
 			}
 		}
 	}
-}
-
-// indexLocked returns the position of the named index and the index. The
-// caller must hold the lock.
-func (i *Indexer[K, T]) indexLocked(name string) (int, index[K], error) {
-	j := i.defs.Load().lookup(name)
-	if j < 0 {
-		return -1, nil, fmt.Errorf("%w %q", ErrUnknownIndex, name)
-	}
-	return j, i.contents.indexes[j], nil
-}
-
-// Index returns the objects that share at least one of obj's values for
-// the named index, each once, in no particular order. It fails with an
-// error wrapping ErrUnknownIndex if there is no such index, and with an
-// *IndexError if the index function fails for obj.
-func (i *Indexer[K, T]) Index(indexName string, obj T) ([]T, error) {
-	defs := i.defs.Load()
-	j := defs.lookup(indexName)
-	if j < 0 {
-		return nil, fmt.Errorf("%w %q", ErrUnknownIndex, indexName)
-	}
-	var vals []string
-	if f := defs.funcs[j]; f != nil {
-		var err error
-		if vals, err = f(obj); err != nil {
-			return nil, &IndexError{Index: indexName, Object: obj, Err: err}
-		}
-	}
-	i.mu.RLock()
-	defer i.mu.RUnlock()
-	// Indexes are only ever appended, so position j still names the index
-	// the function came from.
-	ix := i.contents.indexes[j]
-	if len(vals) == 1 {
-		// The common case needs no deduplication.
-		return i.objectsLocked(ix[vals[0]]), nil
-	}
-	seen := make(map[K]struct{})
-	var list []T
-	for _, v := range vals {
-		for key := range ix[v] {
-			if _, dup := seen[key]; !dup {
-				seen[key] = struct{}{}
-				obj, _ := i.contents.items.get(key)
-				list = append(list, obj)
-			}
-		}
-	}
-	return list, nil
-}
-
-// objectsLocked returns the objects stored under keys. The caller must
-// hold the lock.
-func (i *Indexer[K, T]) objectsLocked(keys map[K]struct{}) []T {
-	list := make([]T, 0, len(keys))
-	for key := range keys {
-		obj, _ := i.contents.items.get(key)
-		list = append(list, obj)
-	}
-	return list
-}
-
-// ByIndex returns the objects that have indexedValue among their values
-// for the named index, in no particular order, in a new slice the caller
-// owns. It fails with an error wrapping ErrUnknownIndex if there is no such
-// index.
-func (i *Indexer[K, T]) ByIndex(indexName, indexedValue string) ([]T, error) {
-	i.mu.RLock()
-	defer i.mu.RUnlock()
-	_, ix, err := i.indexLocked(indexName)
-	if err != nil {
-		return nil, err
-	}
-	return i.objectsLocked(ix[indexedValue]), nil
-}
-
-// IndexKeys returns the keys of the objects that have indexedValue among
-// their values for the named index, in no particular order. It fails with
-// an error wrapping ErrUnknownIndex if there is no such index.
-func (i *Indexer[K, T]) IndexKeys(indexName, indexedValue string) ([]K, error) {
-	i.mu.RLock()
-	defer i.mu.RUnlock()
-	_, ix, err := i.indexLocked(indexName)
-	if err != nil {
-		return nil, err
-	}
-	set := ix[indexedValue]
-	keys := make([]K, 0, len(set))
-	for key := range set {
-		keys = append(keys, key)
-	}
-	return keys, nil
-}
-
-// ByIndexAll yields the keys and objects that have indexedValue among their
-// values for the named index, in no particular order, without copying them
-// first. If there is no such index it yields nothing; use ByIndex or
-// IndexKeys to tell an unknown index from an empty one.
-//
-// As with All, the lock is not held while the loop body runs. Every pair
-// yielded has indexedValue at the moment it is yielded; an object that
-// gains or loses the value during the iteration may or may not be yielded.
-func (i *Indexer[K, T]) ByIndexAll(indexName, indexedValue string) iter.Seq2[K, T] {
-	return func(yield func(K, T) bool) {
-		i.mu.RLock()
-		locked := true
-		defer func() {
-			// The key function runs under the lock, and may panic.
-			if locked {
-				i.mu.RUnlock()
-			}
-		}()
-		j, ix, err := i.indexLocked(indexName)
-		if err != nil {
-			return
-		}
-		gen := i.gen
-		for key := range ix[indexedValue] {
-			if i.gen != gen {
-				// A Replace swapped the maps while the lock was released:
-				// check the key against the current index.
-				if _, ok := i.contents.indexes[j][indexedValue][key]; !ok {
-					continue
-				}
-			}
-			obj, _ := i.contents.items.get(key)
-			i.mu.RUnlock()
-			locked = false
-			if !yield(key, obj) {
-				return
-			}
-			i.mu.RLock()
-			locked = true
-		}
-	}
-}
-
-// ListIndexFuncValues returns every value the named index holds at least
-// one object under, in no particular order. It returns nil if there is no
-// such index.
-func (i *Indexer[K, T]) ListIndexFuncValues(indexName string) []string {
-	i.mu.RLock()
-	defer i.mu.RUnlock()
-	_, ix, err := i.indexLocked(indexName)
-	if err != nil {
-		return nil
-	}
-	vals := make([]string, 0, len(ix))
-	for v := range ix {
-		vals = append(vals, v)
-	}
-	return vals
-}
-
-// AddIndexers adds indexes and indexes every stored object under them. It
-// fails, and changes nothing, if one of the names is already in use, or,
-// with an *IndexError, if an index function fails for a stored object.
-//
-// AddIndexers holds the Indexer's lock while it calls the index functions
-// on every stored object, so it blocks readers and writers for that time.
-func (i *Indexer[K, T]) AddIndexers(newIndexers Indexers[T]) error {
-	i.mu.Lock()
-	defer i.mu.Unlock()
-	defs := i.defs.Load()
-	for name := range newIndexers {
-		if defs.lookup(name) >= 0 {
-			return fmt.Errorf("mirror: index %q already exists", name)
-		}
-	}
-	next := &indexDefs[T]{names: slices.Clone(defs.names), funcs: slices.Clone(defs.funcs)}
-	next.add(newIndexers)
-	added := &indexDefs[T]{names: next.names[len(defs.names):], funcs: next.funcs[len(defs.funcs):]}
-
-	c := i.newContents(added, 0)
-	var buf [4][]string
-	for key, obj := range i.contents.items.all() {
-		vals, err := added.values(buf[:0], obj)
-		if err != nil {
-			return err
-		}
-		for j, ix := range c.indexes {
-			ix.add(key, vals[j])
-		}
-	}
-	i.contents.indexes = append(slices.Clip(i.contents.indexes), c.indexes...)
-	i.defs.Store(next)
-	return nil
-}
-
-// GetIndexers returns a copy of the index functions by name.
-func (i *Indexer[K, T]) GetIndexers() Indexers[T] {
-	defs := i.defs.Load()
-	indexers := make(Indexers[T], len(defs.names))
-	for j, name := range defs.names {
-		indexers[name] = defs.funcs[j]
-	}
-	return indexers
 }

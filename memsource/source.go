@@ -17,6 +17,7 @@ package memsource
 import (
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -87,14 +88,29 @@ func New[T any](key mirror.KeyFunc[string, T], opts Options) *Source[T] {
 // Put creates or replaces the object with obj's key and returns the revision
 // of that change. Every call is a change, even if obj equals the stored
 // object. Open watches see it as EventAdded or EventModified. If the key
-// function fails, Put changes nothing and returns a *mirror.KeyError.
+// function fails or panics, Put changes nothing and returns a
+// *mirror.KeyError (whose Err is a *mirror.PanicError for a panic).
 func (s *Source[T]) Put(obj T) (rev int64, err error) {
+	inKey, locked := true, false
+	defer func() {
+		// One deferred call for the lock and a panic of the key
+		// function: a second would cost every Put.
+		if locked {
+			s.mu.Unlock()
+		}
+		if inKey {
+			if v := recover(); v != nil {
+				err = &mirror.KeyError{Object: obj, Err: &mirror.PanicError{Value: v, Stack: debug.Stack()}}
+			}
+		}
+	}()
 	k, err := s.key(obj)
+	inKey = false
 	if err != nil {
 		return 0, &mirror.KeyError{Object: obj, Err: err}
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	locked = true
 	c := change[T]{key: k, typ: mirror.EventAdded, obj: obj}
 	if prev, ok := s.objects[k]; ok {
 		c.typ = mirror.EventModified

@@ -211,3 +211,23 @@ func TestSource_PutWithAFailingKeyChangesNothing(t *testing.T) {
 	assert.EqualValues(t, 1, s.Revision(), "no change recorded")
 	assert.Zero(t, s.Len())
 }
+
+func TestSource_PutWithAPanickingKeyChangesNothing(t *testing.T) {
+	s := memsource.New(func(o obj) (string, error) {
+		if o.Val < 0 {
+			panic("boom")
+		}
+		return o.Key, nil
+	}, memsource.Options{})
+	_, err := s.Put(obj{Key: "a", Val: -1})
+	var ke *mirror.KeyError
+	require.ErrorAs(t, err, &ke)
+	var pe *mirror.PanicError
+	require.ErrorAs(t, err, &pe)
+	assert.Equal(t, "boom", pe.Value)
+	assert.Contains(t, string(pe.Stack), "source_test.go")
+	assert.EqualValues(t, 1, s.Revision(), "no change recorded")
+	rev, err := s.Put(obj{Key: "a", Val: 1})
+	require.NoError(t, err, "the lock is free")
+	assert.EqualValues(t, 2, rev)
+}

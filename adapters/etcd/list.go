@@ -25,8 +25,8 @@ import (
 // been compacted meanwhile fails with an error wrapping mirror.ErrExpired.
 // opts.Limit is the page size (0: one page).
 //
-// A value that fails to decode leaves its key out of Items and adds an
-// *mirror.ObjectError to Skipped. Errors are classified with
+// A value that fails to decode (or whose decode function panics) leaves
+// its key out of Items and adds an *mirror.ObjectError to Skipped. Errors are classified with
 // mirror.ErrExpired, mirror.ErrTooLargeResourceVersion and
 // mirror.ErrUnavailable where one applies, and wrap etcd's error too.
 func (lw *ListWatcher[V]) List(ctx context.Context, opts mirror.ListOptions) (mirror.ListResult[Object[V]], error) {
@@ -86,15 +86,7 @@ func (lw *ListWatcher[V]) list(ctx context.Context, opts mirror.ListOptions) (mi
 
 	lw.stats.listed(resp.Kvs)
 	res.ResourceVersion = formatRev(rev)
-	res.Items = make([]Object[V], 0, len(resp.Kvs))
-	for _, kv := range resp.Kvs {
-		o, err := lw.object(kv)
-		if err != nil {
-			res.Skipped = append(res.Skipped, err)
-			continue
-		}
-		res.Items = append(res.Items, o)
-	}
+	res.Items, res.Skipped = lw.objects(resp.Kvs, make([]Object[V], 0, len(resp.Kvs)), nil)
 	if resp.More && len(resp.Kvs) > 0 {
 		// The next page starts just after the last key of this one.
 		last := resp.Kvs[len(resp.Kvs)-1].Key

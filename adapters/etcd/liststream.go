@@ -158,16 +158,7 @@ func (lw *ListWatcher[V]) streamOnce(ctx context.Context, rev int64, serializabl
 			timer.Stop()
 		}
 		lw.stats.listed(resp.Kvs)
-		res.Items = make([]Object[V], 0, len(resp.Kvs))
-		res.Skipped = nil
-		for _, kv := range resp.Kvs {
-			o, err := lw.object(kv)
-			if err != nil {
-				res.Skipped = append(res.Skipped, err)
-				continue
-			}
-			res.Items = append(res.Items, o)
-		}
+		res.Items, res.Skipped = lw.objects(resp.Kvs, make([]Object[V], 0, len(resp.Kvs)), nil)
 		if err := chunk(res); err != nil {
 			return err
 		}

@@ -302,7 +302,7 @@ func (w *watcher[V]) event(ev *clientv3.Event) mirror.Event[Object[V]] {
 	if ev.Type == clientv3.EventTypeDelete {
 		return w.deletion(kv.Key, ev.PrevKv, rv)
 	}
-	o, err := w.lw.object(kv)
+	o, err := w.lw.object(kv, w.lw.watchDecode)
 	if err != nil {
 		// etcd holds a value the mirror cannot represent: whatever the
 		// mirror holds for the key is out of date, and goes (see
@@ -331,7 +331,7 @@ func (w *watcher[V]) event(ev *clientv3.Event) mirror.Event[Object[V]] {
 func (w *watcher[V]) deletion(key []byte, prev *mvccpb.KeyValue, rv string) mirror.Event[Object[V]] {
 	ev := mirror.Event[Object[V]]{Type: mirror.EventDeleted, ResourceVersion: rv}
 	if prev != nil {
-		if o, err := w.lw.object(prev); err == nil {
+		if o, err := w.lw.object(prev, w.lw.watchDecode); err == nil {
 			ev.Object = o
 			return ev
 		}
