@@ -187,30 +187,17 @@ func (i *Indexer[K, T]) Update(obj T) error { return i.Add(obj) }
 
 // Delete removes the object with obj's key, if any. It fails, with a
 // *KeyError, only if the key cannot be computed.
-func (i *Indexer[K, T]) Delete(obj T) (err error) {
-	var at calling
-	locked := false
-	defer func() {
-		// One deferred call for the lock and a panic of the key
-		// function: a second would cost every call.
-		if locked {
-			i.mu.Unlock()
-		}
-		if at.fn != noCallback {
-			if v := recover(); v != nil {
-				err = &KeyError{Object: obj, Err: panicked(v)}
-			}
-		}
-	}()
-	at.fn = inKeyFunc
-	key, err := keyOf(i.keyFunc, obj)
-	at.fn = noCallback
+func (i *Indexer[K, T]) Delete(obj T) error {
+	// The key is computed, and its function's panic recovered, before
+	// the lock is taken. Under the lock only index functions run, on the
+	// stored object, which they indexed before (see PanicError).
+	key, err := keyOfGuarded(i.keyFunc, obj)
 	if err != nil {
 		return err
 	}
 	i.mu.Lock()
-	locked = true
 	i.contents.delete(i.defs.Load(), key)
+	i.mu.Unlock()
 	return nil
 }
 
