@@ -11,9 +11,13 @@ package workqueue
 // after a burst the queue makes them again at the size it needs: when it
 // holds no key at all, or an eighth of the records it has.
 
-// shrinkMin is the number of records below which the tables are kept
-// whatever the queue holds.
-const shrinkMin = 1024
+// idleRecs is the number of records a queue that holds no key keeps room
+// for; shrinkMin is the number of records below which the tables are not
+// compacted while the queue holds keys.
+const (
+	idleRecs  = 64
+	shrinkMin = 1024
+)
 
 // newRecLocked gives key, which the queue does not hold, a record with
 // priority p and nothing pending.
@@ -47,7 +51,10 @@ func (q *Queue[K]) releaseLocked(idx int32) {
 }
 
 // freeLocked releases record idx and shrinks the tables if they are now
-// much larger than what the queue holds.
+// much larger than what the queue holds: when it holds no key, to what an
+// idle queue needs; else when it holds an eighth of its records, to their
+// number. Either way the work is paid for by the frees since the tables
+// last grew.
 func (q *Queue[K]) freeLocked(idx int32) {
 	q.releaseLocked(idx)
 	q.shrinkLocked()
@@ -58,15 +65,15 @@ func (q *Queue[K]) shrinkLocked() {
 	case len(q.index) == 0:
 		// Nothing refers to a record: the ready set is empty (its FIFOs
 		// were reset when it emptied), and so is the delayed heap.
-		if q.peak > shrinkMin {
+		if q.peak > idleRecs {
 			q.index = make(map[K]int32)
 		}
-		if cap(q.recs) > shrinkMin {
+		if cap(q.recs) > idleRecs {
 			q.recs = nil
 		} else {
 			q.recs = q.recs[:0]
 		}
-		if cap(q.delayed) > shrinkMin {
+		if cap(q.delayed) > idleRecs {
 			q.delayed = nil
 		}
 		q.free, q.peak = -1, 0
