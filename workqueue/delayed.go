@@ -131,9 +131,6 @@ func (q *Queue[K]) undelayLocked(idx int32) {
 		q.heapDown(i)
 		q.heapUp(i)
 	}
-	if c := cap(q.delayed); c > idleRecs && len(q.delayed) < c/4 {
-		q.delayed = append([]delayedEntry(nil), q.delayed...)
-	}
 	// The timer may stay set for a key no longer delayed: it then finds
 	// nothing due, which costs less than resetting it here.
 }

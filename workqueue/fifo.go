@@ -16,24 +16,29 @@ type entry struct {
 // re-sliced slice would keep its whole backing array. Its zero value is
 // empty and ready to use.
 type fifo struct {
-	chunks []*[chunkLen]entry
-	head   int // index of the front entry in chunks[0]
-	tail   int // index the next push takes in chunks[len-1]
+	chunks []*[chunkLen]entry // chunks[first:] hold the entries
+	first  int
+	head   int // index of the front entry in chunks[first]
+	tail   int // index the next push takes in the last chunk
 	n      int
 	// spare is an emptied chunk kept for reuse, so that a queue hovering
 	// at a chunk boundary does not allocate.
 	spare *[chunkLen]entry
 }
 
-const chunkLen = 128
+const (
+	chunkLen = 128
+	// smallChunks is the room for chunk pointers an empty FIFO keeps.
+	smallChunks = 8
+)
 
 func (f *fifo) len() int { return f.n }
 
 // front returns the front entry; the FIFO must not be empty.
-func (f *fifo) front() entry { return f.chunks[0][f.head] }
+func (f *fifo) front() entry { return f.chunks[f.first][f.head] }
 
 func (f *fifo) push(e entry) {
-	if len(f.chunks) == 0 || f.tail == chunkLen {
+	if len(f.chunks) == f.first || f.tail == chunkLen {
 		c := f.spare
 		if c == nil {
 			c = new([chunkLen]entry)
@@ -51,30 +56,45 @@ func (f *fifo) push(e entry) {
 func (f *fifo) pop() {
 	f.head++
 	f.n--
-	if f.n == 0 {
-		// Start the only chunk over rather than move on to a new one.
-		f.head, f.tail = 0, 0
-		if len(f.chunks) > 1 {
-			f.reset()
+	switch {
+	case f.n == 0:
+		// Start the last chunk over rather than move on to a new one.
+		c := f.chunks[f.first]
+		if cap(f.chunks) > smallChunks {
+			f.chunks, f.spare = nil, c // let a burst's room go
+		} else {
+			clear(f.chunks)
+			f.chunks = append(f.chunks[:0], c)
 		}
-		return
-	}
-	if f.head == chunkLen {
-		f.spare = f.chunks[0]
-		n := copy(f.chunks, f.chunks[1:])
-		f.chunks[n] = nil
-		f.chunks = f.chunks[:n]
+		f.first, f.head, f.tail = 0, 0, 0
+	case f.head == chunkLen:
+		f.spare = f.chunks[f.first]
+		f.chunks[f.first] = nil
+		f.first++
 		f.head = 0
+		if f.first >= smallChunks && 2*f.first >= len(f.chunks) {
+			// Move the chunk pointers down, to a smaller array if this
+			// one is mostly room for what is gone.
+			rest := f.chunks[f.first:]
+			if cap(f.chunks) > 4*len(rest) {
+				f.chunks = append(make([]*[chunkLen]entry, 0, 2*len(rest)), rest...)
+			} else {
+				n := copy(f.chunks, rest)
+				clear(f.chunks[n:])
+				f.chunks = f.chunks[:n]
+			}
+			f.first = 0
+		}
 	}
 }
 
 // reset empties the FIFO, keeping one chunk for reuse.
 func (f *fifo) reset() {
-	if f.spare == nil && len(f.chunks) > 0 {
-		f.spare = f.chunks[0]
+	if f.spare == nil && len(f.chunks) > f.first {
+		f.spare = f.chunks[f.first]
 	}
 	f.chunks = nil
-	f.head, f.tail, f.n = 0, 0, 0
+	f.first, f.head, f.tail, f.n = 0, 0, 0, 0
 }
 
 // filter keeps the entries for which keep returns true, in order, after
@@ -82,17 +102,17 @@ func (f *fifo) reset() {
 func (f *fifo) filter(keep func(*entry) bool) {
 	old := *f
 	f.chunks = nil
-	f.head, f.tail, f.n = 0, 0, 0
-	for i, c := range old.chunks {
+	f.first, f.head, f.tail, f.n = 0, 0, 0, 0
+	for i := old.first; i < len(old.chunks); i++ {
 		lo, hi := 0, chunkLen
-		if i == 0 {
+		if i == old.first {
 			lo = old.head
 		}
 		if i == len(old.chunks)-1 {
 			hi = old.tail
 		}
 		for j := lo; j < hi; j++ {
-			if e := c[j]; keep(&e) {
+			if e := old.chunks[i][j]; keep(&e) {
 				f.push(e)
 			}
 		}

@@ -8,8 +8,8 @@ package workqueue
 // Records live in a slice, found through a map from key to position, and
 // freed records are reused; entries of the ready set and the delayed heap
 // refer to records by position. Go maps and slices do not shrink, so
-// after a burst the queue makes them again at the size it needs: when it
-// holds no key at all, or an eighth of the records it has.
+// after a burst the queue makes them again at the size it needs
+// (tidyLocked).
 
 // idleRecs is the number of records a queue that holds no key keeps room
 // for; shrinkMin is the number of records below which the tables are not
@@ -48,38 +48,50 @@ func (q *Queue[K]) releaseLocked(idx int32) {
 	r.state = 0
 	r.heap = q.free
 	q.free = idx
+	if !q.tickArmed && !q.closing && q.oversizedLocked() {
+		q.armTickLocked() // to give the room back
+	}
 }
 
-// freeLocked releases record idx and shrinks the tables if they are now
-// much larger than what the queue holds: when it holds no key, to what an
-// idle queue needs; else when it holds an eighth of its records, to their
-// number. Either way the work is paid for by the frees since the tables
-// last grew.
-func (q *Queue[K]) freeLocked(idx int32) {
-	q.releaseLocked(idx)
-	q.shrinkLocked()
-}
-
-func (q *Queue[K]) shrinkLocked() {
+// tidyLocked makes the tables small again once the keys they grew for are
+// gone. It is called at every tick, and then looks at the most keys held
+// since the previous tick, so that a queue that fills and drains all the
+// time keeps its tables rather than make them again at every drain; with
+// now, it looks at the keys held now. If the queue holds no key, the
+// tables get the size an idle queue needs; if it holds an eighth of their
+// records or fewer, they are compacted to the keys held. Either way the
+// work is paid for by the frees since the tables last grew.
+func (q *Queue[K]) tidyLocked(now bool) {
+	need := q.peak
+	if now {
+		need = len(q.index)
+	}
+	q.peak = len(q.index)
 	switch {
-	case len(q.index) == 0:
-		// Nothing refers to a record: the ready set is empty (its FIFOs
-		// were reset when it emptied), and so is the delayed heap.
-		if q.peak > idleRecs {
-			q.index = make(map[K]int32)
-		}
+	case need == 0:
+		// Nothing refers to a record: the ready set is empty, and so is
+		// the delayed heap. The levels go too, with their FIFOs' room.
+		q.levels = nil
 		if cap(q.recs) > idleRecs {
+			q.index = make(map[K]int32) // it grew along with recs
 			q.recs = nil
 		} else {
 			q.recs = q.recs[:0]
 		}
-		if cap(q.delayed) > idleRecs {
-			q.delayed = nil
-		}
-		q.free, q.peak = -1, 0
-	case len(q.recs) >= shrinkMin && len(q.index) <= len(q.recs)/8:
+		q.free = -1
+	case len(q.recs) >= shrinkMin && need <= len(q.recs)/8:
 		q.compactLocked()
 	}
+	if c := cap(q.delayed); c > idleRecs && len(q.delayed) < c/4 {
+		q.delayed = append([]delayedEntry(nil), q.delayed...)
+	}
+}
+
+// oversizedLocked reports whether tidyLocked has work to do, or will
+// have at the next tick.
+func (q *Queue[K]) oversizedLocked() bool {
+	return cap(q.recs) > max(idleRecs, 8*len(q.index)) ||
+		cap(q.delayed) > max(idleRecs, 4*len(q.delayed))
 }
 
 // compactLocked moves the held keys' records into new tables of their
@@ -124,5 +136,5 @@ func (q *Queue[K]) compactLocked() {
 	}
 	q.workHead, q.workTail = moved(q.workHead), moved(q.workTail)
 	q.recs, q.index = recs, index
-	q.free, q.peak = -1, len(index)
+	q.free = -1
 }

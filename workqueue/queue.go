@@ -66,16 +66,19 @@ type Queue[K comparable] struct {
 	index map[K]int32
 	recs  []rec[K]
 	free  int32 // first free record, -1 if none; the free list runs through rec.heap
-	peak  int   // the most keys held since the tables were last made
+	peak  int   // the most keys held since the last tick
 
 	// The ready set (ready.go).
-	levels      []*level // highest priority first
-	entries     int      // entries in the levels' FIFOs, stale ones included
-	agingPeriod time.Duration
-	tick        uint32 // aging ticks passed
-	ageCheck    uint32 // no key ages before this tick
-	agingTimer  *time.Timer
-	agingArmed  bool
+	levels   []*level // highest priority first
+	entries  int      // entries in the levels' FIFOs, stale ones included
+	aging    bool
+	ageCheck uint32 // no key ages before this tick
+
+	// The tick (tick.go).
+	tick       uint32 // ticks passed
+	tickPeriod time.Duration
+	tickTimer  *time.Timer
+	tickArmed  bool
 
 	// The delayed keys (delayed.go).
 	delayed      []delayedEntry // a heap, earliest first
@@ -141,11 +144,13 @@ func New[K comparable](opts Options) *Queue[K] {
 	}
 	q.workHead, q.workTail = -1, -1
 	q.cond.L = &q.mu
+	q.tickPeriod = DefaultMaxWait / agingSteps
 	switch {
 	case opts.MaxWait == 0:
-		q.agingPeriod = DefaultMaxWait / agingSteps
+		q.aging = true
 	case opts.MaxWait > 0:
-		q.agingPeriod = max(opts.MaxWait/agingSteps, 1)
+		q.aging = true
+		q.tickPeriod = max(opts.MaxWait/agingSteps, 1)
 	}
 	q.ageCheck = agingSteps
 	if q.baseDelay <= 0 {
@@ -325,7 +330,7 @@ func (q *Queue[K]) Done(key K) {
 		q.nDirty--
 		q.pushReadyLocked(idx)
 	case r.state&stDelayed == 0:
-		q.freeLocked(idx)
+		q.releaseLocked(idx)
 	}
 	stopMetrics := q.settleLocked()
 	q.mu.Unlock()

@@ -11,8 +11,7 @@ package workqueue
 // the other is then stale and skipped.
 //
 // Aging needs no clock read per key. Time is counted in ticks of
-// MaxWait/agingSteps, advanced by one timer that runs only while keys
-// wait; an entry records the tick at which it was queued. A key queued at
+// MaxWait/agingSteps (tick.go); an entry records the tick at which it was queued. A key queued at
 // tick t has waited more than MaxWait-MaxWait/agingSteps, and at most
 // MaxWait, once the tick reaches t+agingSteps: it is aged then. A Get
 // compares the heads of the levels' FIFOs with the tick, and hands out the
@@ -71,8 +70,8 @@ func (q *Queue[K]) pushReadyLocked(idx int32) {
 	if q.m != nil {
 		q.stampQueuedLocked(r)
 	}
-	if q.agingPeriod > 0 && !q.agingArmed {
-		q.armAgingLocked()
+	if !q.tickArmed {
+		q.armTickLocked()
 	}
 	q.cond.Signal()
 }
@@ -108,7 +107,7 @@ func (q *Queue[K]) headLocked(l *level) (entry, bool) {
 // else the first of the highest priority.
 func (q *Queue[K]) popReadyLocked() int32 {
 	var from *level
-	if q.agingPeriod > 0 && int32(q.tick-q.ageCheck) >= 0 {
+	if q.aging && int32(q.tick-q.ageCheck) >= 0 {
 		from = q.agedLocked()
 	}
 	if from == nil {
@@ -169,31 +168,4 @@ func (q *Queue[K]) readyEmptiedLocked() {
 		q.levels = nil
 	}
 	q.ageCheck = q.tick + agingSteps
-}
-
-// armAgingLocked starts the aging timer.
-func (q *Queue[K]) armAgingLocked() {
-	q.agingArmed = true
-	if q.agingTimer == nil {
-		q.agingTimer = newTimer(q.agingPeriod, q.agingTick)
-	} else {
-		q.agingTimer.Reset(q.agingPeriod)
-	}
-}
-
-// agingTick advances the aging clock, and keeps it running while keys
-// wait.
-func (q *Queue[K]) agingTick() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.shutdown {
-		q.agingArmed = false
-		return
-	}
-	q.tick++
-	if q.nReady > 0 {
-		q.agingTimer.Reset(q.agingPeriod)
-	} else {
-		q.agingArmed = false
-	}
 }

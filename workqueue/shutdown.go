@@ -102,7 +102,7 @@ func (q *Queue[K]) dropLocked(all bool) {
 		q.levels = nil
 		q.stopTimersLocked()
 	}
-	q.shrinkLocked()
+	q.tidyLocked(true)
 }
 
 // settleLocked finishes a shutdown once nothing is queued or in process,
@@ -123,11 +123,11 @@ func (q *Queue[K]) settleLocked() (stopMetrics bool) {
 // stopTimersLocked stops the queue's timers; their functions, if already
 // running, find the queue shut down and do nothing.
 func (q *Queue[K]) stopTimersLocked() {
-	for _, t := range [...]*time.Timer{q.agingTimer, q.delayTimer, q.sampleTimer} {
+	for _, t := range [...]*time.Timer{q.tickTimer, q.delayTimer, q.sampleTimer} {
 		if t != nil {
 			t.Stop()
 		}
 	}
-	q.agingArmed, q.sampleArmed = false, false
+	q.tickArmed, q.sampleArmed = false, false
 	q.delayArmedAt = noTimer
 }

@@ -234,7 +234,7 @@ func TestQueue_NothingOutlivesShutDown(t *testing.T) {
 					q.ShutDown()
 				}
 				wg.Wait()
-				for _, timer := range []*time.Timer{q.agingTimer, q.delayTimer, q.sampleTimer} {
+				for _, timer := range []*time.Timer{q.tickTimer, q.delayTimer, q.sampleTimer} {
 					require.NotNil(t, timer)
 					assert.False(t, timer.Stop(), "timer still set")
 				}
