@@ -68,8 +68,10 @@ type Stats struct {
 
 // PriorityDepth is the number of keys queued at a priority.
 type PriorityDepth struct {
+	// Priority is the priority.
 	Priority Priority
-	Keys     int
+	// Keys is the number of keys queued at it.
+	Keys int
 }
 
 // Stats returns the queue's counters and gauges. It is safe for

@@ -20,13 +20,15 @@ type Options struct {
 	// this long (give or take an eighth of it) is handed out before any
 	// that has not, the oldest first, whatever their priorities. So a
 	// stream of keys of higher priority delays a key by at most MaxWait
-	// and the time the workers take to get to it. Zero means 30 s; a
-	// negative MaxWait turns aging off, and keys of lower priority then
-	// wait for as long as keys of higher priority keep coming.
+	// and the time the workers take to get to it. Zero means 30 s, and
+	// less than 8 ms counts as 8 ms; a negative MaxWait turns aging off,
+	// and keys of lower priority then wait for as long as keys of higher
+	// priority keep coming.
 	MaxWait time.Duration
 	// BaseDelay and MaxDelay shape the per-key exponential backoff of
-	// AddRateLimited: a key's n-th retry since it was last forgotten waits
-	// BaseDelay·2ⁿ⁻¹, at most MaxDelay. Zero means 5 ms and 1000 s.
+	// AddRateLimited: a key's n-th retry since it was last forgotten (or
+	// let go of, see Queue) waits BaseDelay·2ⁿ⁻¹, at most MaxDelay. Zero
+	// means 5 ms and 1000 s.
 	// There is no queue-wide rate limit: a mass failure of many keys
 	// retries each after its own backoff.
 	BaseDelay, MaxDelay time.Duration
@@ -35,11 +37,14 @@ type Options struct {
 	Metrics Metrics
 }
 
-// Defaults of Options.
+// The values Options' zero fields stand for.
 const (
-	DefaultMaxWait   = 30 * time.Second
+	// DefaultMaxWait is the aging bound, Options.MaxWait.
+	DefaultMaxWait = 30 * time.Second
+	// DefaultBaseDelay is the first retry's backoff, Options.BaseDelay.
 	DefaultBaseDelay = 5 * time.Millisecond
-	DefaultMaxDelay  = 1000 * time.Second
+	// DefaultMaxDelay bounds the backoff, Options.MaxDelay.
+	DefaultMaxDelay = 1000 * time.Second
 )
 
 // Queue is a queue of keys for workers to process; make one with New. It
@@ -51,10 +56,13 @@ const (
 // which calls Done when it has processed it; until then no other worker
 // gets the key, and adding it again marks it to be queued again at Done.
 //
-// The queue holds memory only for the keys it holds (queued, delayed or
-// in process): a key's retry count is dropped when the queue lets go of
-// the key, and its tables shrink after a burst. So keys that failed and
-// were never forgotten cost nothing once processed.
+// The queue's memory is bounded by the number of keys it holds (queued,
+// delayed or in process), not by the keys it has seen: a key's retry
+// count lives only while the queue holds the key, and is dropped, as if
+// forgotten, when Done lets go of it; and the queue's tables shrink
+// within two ticks of MaxWait/8 after a burst. So keys that failed and
+// were never forgotten cost nothing once processed, where client-go's
+// rate limiter remembers every failed key until Forget.
 type Queue[K comparable] struct {
 	mu sync.Mutex
 	// cond is signalled when a key is queued, and broadcast when Gets
@@ -150,7 +158,7 @@ func New[K comparable](opts Options) *Queue[K] {
 		q.aging = true
 	case opts.MaxWait > 0:
 		q.aging = true
-		q.tickPeriod = max(opts.MaxWait/agingSteps, 1)
+		q.tickPeriod = max(opts.MaxWait/agingSteps, minTick)
 	}
 	q.ageCheck = agingSteps
 	if q.baseDelay <= 0 {
