@@ -148,7 +148,7 @@ func (q *Queue[K]) armDelayLocked(now int64) {
 	q.delayArmedAt = at
 	d := time.Duration(at - now)
 	if q.delayTimer == nil {
-		q.delayTimer = newTimer(d, q.fireDelayed)
+		q.delayTimer = time.AfterFunc(d, q.fireDelayed)
 	} else {
 		q.delayTimer.Reset(d)
 	}

@@ -136,7 +136,7 @@ func (q *Queue[K]) armSampleLocked() {
 	}
 	q.sampleArmed = true
 	if q.sampleTimer == nil {
-		q.sampleTimer = newTimer(samplePeriod, q.sampleDue)
+		q.sampleTimer = time.AfterFunc(samplePeriod, q.sampleDue)
 	} else {
 		q.sampleTimer.Reset(samplePeriod)
 	}

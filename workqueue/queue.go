@@ -174,16 +174,14 @@ func New[K comparable](opts Options) *Queue[K] {
 	return q
 }
 
-// newTimer returns a timer that calls f after d.
-func newTimer(d time.Duration, f func()) *time.Timer { return time.AfterFunc(d, f) }
-
 // Add queues key at PriorityLive, as AddWithPriority does.
 func (q *Queue[K]) Add(key K) { q.AddWithPriority(key, PriorityLive) }
 
-// AddWithPriority queues key at priority p. A key already queued stays
-// in its place, raised to p if p is higher (it keeps its age, so aging
-// counts from when it was first queued); its priority is never lowered.
-// A delayed key is queued now, at the higher of p and its own priority. A
+// AddWithPriority queues key at priority p. A key already queued is not
+// queued twice: if p is higher than its priority, the key is raised to p,
+// behind the keys queued at p already, and keeps its age (aging counts
+// from when it was first queued); its priority is never lowered. A
+// delayed key is queued now, at the higher of p and its own priority. A
 // key in process is queued again when Done is called for it, at the
 // highest priority asked meanwhile. After ShutDown or ShutDownWithDrain,
 // AddWithPriority does nothing.

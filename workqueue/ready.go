@@ -11,9 +11,10 @@ package workqueue
 // the other is then stale and skipped.
 //
 // Aging needs no clock read per key. Time is counted in ticks of
-// MaxWait/agingSteps (tick.go); an entry records the tick at which it was queued. A key queued at
-// tick t has waited more than MaxWait-MaxWait/agingSteps, and at most
-// MaxWait, once the tick reaches t+agingSteps: it is aged then. A Get
+// MaxWait/agingSteps (tick.go), and an entry records the tick at which it
+// was queued. A key queued at tick t has waited more than
+// MaxWait-MaxWait/agingSteps, and at most MaxWait, once the tick reaches
+// t+agingSteps: it is aged then. A Get
 // compares the heads of the levels' FIFOs with the tick, and hands out the
 // oldest aged key before any other. So no key waits much past MaxWait as
 // long as keys age no faster than the workers take them.

@@ -16,7 +16,7 @@ const minTick = time.Millisecond
 func (q *Queue[K]) armTickLocked() {
 	q.tickArmed = true
 	if q.tickTimer == nil {
-		q.tickTimer = newTimer(q.tickPeriod, q.onTick)
+		q.tickTimer = time.AfterFunc(q.tickPeriod, q.onTick)
 	} else {
 		q.tickTimer.Reset(q.tickPeriod)
 	}
