@@ -1,0 +1,5 @@
+//go:build !race
+
+package workqueue
+
+const raceEnabled = false
