@@ -8,7 +8,9 @@ import (
 // Handler receives an Informer's notifications. Each registered Handler
 // is called from a goroutine of its own, one call at a time, so a Handler
 // needs no locking of its own unless it shares state with other code; and a
-// slow Handler delays only itself.
+// slow Handler delays only itself. A Handler that is also a ChangeHandler
+// is called through OnChange instead, which tells each notification's key
+// and where it came from (see Origin).
 type Handler[T any] interface {
 	// OnAdd is called when an object enters the cache, or, for a handler
 	// added to a running informer, once for every object already cached.

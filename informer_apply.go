@@ -101,7 +101,8 @@ func (inf *Informer[K, T]) applyDeltasFrom(batch []QueuedDeltas[K, T], i, j int)
 	for ni, nj = i, j; ni < len(batch); ni, nj = ni+1, 0 {
 		item := &batch[ni]
 		for ; nj < len(item.Deltas); nj++ {
-			inf.applyDelta(item.Key, item.Deltas[nj], item.IsInInitialList)
+			d := item.Deltas[nj]
+			inf.applyDelta(item.Key, d, item.IsInInitialList, deltaOrigin(d, item.IsInInitialList))
 		}
 	}
 	return ni, nj
@@ -149,15 +150,15 @@ func (inf *Informer[K, T]) applyEntry(e *inOrderEntry[K, T]) {
 	initial := e.completesSync && !inf.synced.Load()
 	switch e.kind {
 	case entryAdded:
-		inf.applyDelta(e.key, Delta[T]{Type: Added, Object: e.obj}, false)
+		inf.applyDelta(e.key, Delta[T]{Type: Added, Object: e.obj}, false, OriginLive)
 	case entryUpdated:
-		inf.applyDelta(e.key, Delta[T]{Type: Updated, Object: e.obj}, false)
+		inf.applyDelta(e.key, Delta[T]{Type: Updated, Object: e.obj}, false, OriginLive)
 	case entryDeleted:
-		inf.applyDelete(e.key, Delta[T]{Type: Deleted, Object: e.obj}, false)
+		inf.applyDelete(e.key, Delta[T]{Type: Deleted, Object: e.obj}, false, OriginLive)
 	case entryDeletedKeyOnly:
-		inf.applyDelete(e.key, Delta[T]{Type: Deleted, Object: e.obj}, true)
+		inf.applyDelete(e.key, Delta[T]{Type: Deleted, Object: e.obj}, true, OriginLive)
 	case entryEvicted:
-		inf.applyDelete(e.key, Delta[T]{Type: Deleted, Tombstone: true}, true)
+		inf.applyDelete(e.key, Delta[T]{Type: Deleted, Tombstone: true}, true, OriginLive)
 	case entryListChunk:
 		inf.applyListPart(e.part, e.initialList)
 	case entryListEnd:
@@ -246,7 +247,7 @@ func (inf *Informer[K, T]) applyPartFrom(part *listPart[K, T], i int, initial bo
 			skip = skip[1:]
 			continue
 		}
-		inf.applyDelta(part.keys[next], Delta[T]{Type: Replaced, Object: part.objs[next]}, initial)
+		inf.applyDelta(part.keys[next], Delta[T]{Type: Replaced, Object: part.objs[next]}, initial, listOrigin(initial))
 	}
 	return next
 }
@@ -268,7 +269,7 @@ func (inf *Informer[K, T]) applyListEnd(initial bool) {
 // it does not list, then adds and updates.
 func (inf *Informer[K, T]) applyReplace(list *relist[K, T], initial bool) {
 	if inf.cache.Len() > 0 {
-		inf.deleteUnlisted(list)
+		inf.deleteUnlisted(list, listOrigin(initial))
 	}
 	// What is left are listed keys: make room for the whole list at once
 	// rather than growing the cache step by step as it fills.
@@ -279,8 +280,8 @@ func (inf *Informer[K, T]) applyReplace(list *relist[K, T], initial bool) {
 }
 
 // deleteUnlisted deletes every cached key that list lacks and tells the
-// handlers that its final state is unknown.
-func (inf *Informer[K, T]) deleteUnlisted(list *relist[K, T]) {
+// handlers, with origin, that its final state is unknown.
+func (inf *Informer[K, T]) deleteUnlisted(list *relist[K, T], origin Origin) {
 	gone := inf.cache.unlisted(func(yield func(K) bool) {
 		for k := range list.all() {
 			if !yield(k) {
@@ -297,16 +298,17 @@ func (inf *Informer[K, T]) deleteUnlisted(list *relist[K, T]) {
 	})
 	for _, k := range gone {
 		if old, ok := inf.cache.DeleteKey(k); ok {
-			inf.proc.distribute(notification[K, T]{kind: notifyDelete, key: k, obj: old, unknown: true}, false)
+			inf.proc.distribute(notification[K, T]{kind: notifyDelete, key: k, obj: old, unknown: true, origin: origin}, false)
 		}
 	}
 }
 
-// applyDelta updates the cache with one delta and notifies the handlers.
-func (inf *Informer[K, T]) applyDelta(key K, d Delta[T], initial bool) {
+// applyDelta updates the cache with one delta and notifies the handlers,
+// with origin, which identity changes keep (see SameObject).
+func (inf *Informer[K, T]) applyDelta(key K, d Delta[T], initial bool, origin Origin) {
 	switch d.Type {
 	case Deleted:
-		inf.applyDelete(key, d, false)
+		inf.applyDelete(key, d, false, origin)
 	default: // Added, Updated, Replaced, Sync
 		old, existed, err := inf.cache.Set(key, d.Object)
 		if err != nil {
@@ -323,12 +325,12 @@ func (inf *Informer[K, T]) applyDelta(key K, d Delta[T], initial bool) {
 				// left the source unseen (deleted, then the key
 				// re-created), so an update from one to the other
 				// would be a lie.
-				inf.proc.distribute(notification[K, T]{kind: notifyDelete, key: key, obj: old, unknown: true}, false)
+				inf.proc.distribute(notification[K, T]{kind: notifyDelete, key: key, obj: old, unknown: true, origin: origin}, false)
 				existed = false
 			}
 		}
 		if !existed {
-			inf.proc.distribute(notification[K, T]{kind: notifyAdd, key: key, obj: d.Object, initial: initial}, false)
+			inf.proc.distribute(notification[K, T]{kind: notifyAdd, key: key, obj: d.Object, initial: initial, origin: origin}, false)
 			return
 		}
 		isSync := d.Type == Sync
@@ -337,7 +339,12 @@ func (inf *Informer[K, T]) applyDelta(key K, d Delta[T], initial bool) {
 			isSync = inf.opts.ResourceVersion(old) == inf.opts.ResourceVersion(d.Object)
 			inf.applying.fn = noCallback
 		}
-		inf.proc.distribute(notification[K, T]{kind: notifyUpdate, key: key, old: old, obj: d.Object}, isSync)
+		if isSync {
+			// Unchanged: offered, as a resync, to the handlers due
+			// for one.
+			origin = OriginResync
+		}
+		inf.proc.distribute(notification[K, T]{kind: notifyUpdate, key: key, old: old, obj: d.Object, origin: origin}, isSync)
 	}
 }
 
@@ -365,8 +372,9 @@ func (inf *Informer[K, T]) undoApplying(v any) {
 }
 
 // applyDelete removes key from the cache and notifies the handlers of the
-// Deleted delta d. keyOnly says that d's object holds only the key.
-func (inf *Informer[K, T]) applyDelete(key K, d Delta[T], keyOnly bool) {
+// Deleted delta d, with origin. keyOnly says that d's object holds only
+// the key.
+func (inf *Informer[K, T]) applyDelete(key K, d Delta[T], keyOnly bool, origin Origin) {
 	old, existed := inf.cache.DeleteKey(key)
 	if !existed {
 		// Never applied here, so no handler has seen it: there is
@@ -381,7 +389,31 @@ func (inf *Informer[K, T]) applyDelete(key K, d Delta[T], keyOnly bool) {
 		// earlier change to the key was applied before it.
 		obj = old
 	}
-	inf.proc.distribute(notification[K, T]{kind: notifyDelete, key: key, obj: obj, unknown: d.Tombstone}, false)
+	inf.proc.distribute(notification[K, T]{kind: notifyDelete, key: key, obj: obj, unknown: d.Tombstone, origin: origin}, false)
+}
+
+// listOrigin is the origin of what a list finds: the initial list's if
+// the list completes the informer's first sync (initial), a relist's
+// otherwise.
+func listOrigin(initial bool) Origin {
+	if initial {
+		return OriginInitialList
+	}
+	return OriginRelist
+}
+
+// deltaOrigin is the origin of a DeltaFIFO's delta d, popped with
+// isInInitialList: the watch's for a change or deletion it observed, a
+// list's for what a list queued (Replaced, a tombstone), a resync's for
+// Sync. An eviction's tombstone looks like a list's, and is taken for one.
+func deltaOrigin[T any](d Delta[T], isInInitialList bool) Origin {
+	switch {
+	case d.Type == Sync:
+		return OriginResync
+	case d.Type == Replaced, d.Tombstone:
+		return listOrigin(isInInitialList)
+	}
+	return OriginLive
 }
 
 func (inf *Informer[K, T]) markSynced() {

@@ -21,7 +21,10 @@ import (
 // per key, and does the same with everything published until pending has
 // drained.
 type listener[K comparable, T any] struct {
-	handler      Handler[T]
+	handler Handler[T]
+	// changes is handler as a ChangeHandler, if it is one: it is then
+	// called instead.
+	changes      ChangeHandler[K, T]
 	name         string // HandlerOptions.Name
 	changesOnly  bool   // HandlerOptions.ChangesOnly
 	report       func(error)
@@ -81,8 +84,10 @@ type ownNotification[K comparable, T any] struct {
 }
 
 func newListener[K comparable, T any](h Handler[T], resync time.Duration, maxBacklog int, report func(error), upstream func() bool) *listener[K, T] {
+	changes, _ := h.(ChangeHandler[K, T])
 	return &listener[K, T]{
 		handler:      h,
+		changes:      changes,
 		report:       report,
 		upstream:     upstream,
 		resyncPeriod: resync,
@@ -193,7 +198,7 @@ func (l *listener[K, T]) replay(objs iter.Seq2[K, T], at uint64) {
 	}
 	for k, obj := range objs {
 		l.initialPending++
-		l.own.push(ownNotification[K, T]{at: at, n: notification[K, T]{kind: notifyAdd, key: k, obj: obj, initial: true}})
+		l.own.push(ownNotification[K, T]{at: at, n: notification[K, T]{kind: notifyAdd, key: k, obj: obj, initial: true, origin: OriginInitialList}})
 		l.boundLocked()
 	}
 	l.mu.Unlock()
@@ -478,6 +483,10 @@ func (l *listener[K, T]) call(n *notification[K, T]) {
 			l.report(&HandlerPanicError{Handler: l.name, PanicError: *panicked(v)})
 		}
 	}()
+	if l.changes != nil {
+		l.changes.OnChange(Change[K, T]{Type: ChangeType(n.kind), Origin: n.origin, FinalStateUnknown: n.unknown, Key: n.key, Old: n.old, Object: n.obj})
+		return
+	}
 	switch n.kind {
 	case notifyAdd:
 		l.handler.OnAdd(n.obj, n.initial)
@@ -490,7 +499,8 @@ func (l *listener[K, T]) call(n *notification[K, T]) {
 
 // slot is a key's pending notifications in bounded mode: one, or a delete
 // followed by a re-creation (a delete must stay a delete, and the handler
-// must also learn of the new object).
+// must also learn of the new object). A notification that others merge
+// into keeps the most urgent origin among them (see Origin.urgency).
 type slot[K comparable, T any] struct {
 	first   notification[K, T]
 	then    notification[K, T]
@@ -509,6 +519,7 @@ func (s *slot[K, T]) merge(n notification[K, T]) (droppedInitial int) {
 			// The re-created object was never seen: only the delete of
 			// x remains.
 			droppedInitial += countInitial(s.then)
+			s.first.origin = moreUrgent(s.first.origin, moreUrgent(s.then.origin, n.origin))
 			s.then, s.hasThen = zero, false
 			return droppedInitial
 		}
@@ -526,6 +537,7 @@ func (s *slot[K, T]) merge(n notification[K, T]) (droppedInitial int) {
 	case notifyUpdate:
 		// The handler saw s.first.old.
 		if n.kind == notifyDelete {
+			n.origin = moreUrgent(s.first.origin, n.origin)
 			s.first = n
 			return 0
 		}
@@ -533,12 +545,14 @@ func (s *slot[K, T]) merge(n notification[K, T]) (droppedInitial int) {
 	case notifyDelete:
 		if n.kind == notifyDelete {
 			// A second delete: keep the one that knows the final state.
+			origin := moreUrgent(s.first.origin, n.origin)
 			if s.first.unknown && !n.unknown {
 				s.first = n
 			}
+			s.first.origin = origin
 			return 0
 		}
-		s.then = notification[K, T]{kind: notifyAdd, key: n.key, obj: n.obj, initial: n.initial}
+		s.then = notification[K, T]{kind: notifyAdd, key: n.key, obj: n.obj, initial: n.initial, origin: n.origin}
 		s.hasThen = true
 	}
 	return 0
@@ -548,6 +562,7 @@ func (s *slot[K, T]) merge(n notification[K, T]) (droppedInitial int) {
 // the add or update n, and returns 1 if that dropped an initial-list add.
 func absorbInto[K comparable, T any](dst *notification[K, T], n notification[K, T]) int {
 	dst.obj = n.obj
+	dst.origin = moreUrgent(dst.origin, n.origin)
 	if !n.initial {
 		return 0
 	}

@@ -17,16 +17,20 @@ const (
 
 // notification is one call to make on a handler.
 type notification[K comparable, T any] struct {
+	// The small fields first, together: they share one word.
 	kind notifyKind
-	key  K
-	old  T // notifyUpdate: the state the handler saw before
-	obj  T
 	// initial is set on an add that belongs to the initial list (or to a
 	// late handler's replay); the handler has not synced until all of
-	// them are delivered.
+	// them are delivered. It is not origin == OriginInitialList: a
+	// DeltaFIFO hands the deltas of a key of the initial list together,
+	// a watch's among them.
 	initial bool
 	// unknown is set on a delete whose final state is unknown.
 	unknown bool
+	origin  Origin
+	key     K
+	old     T // notifyUpdate: the state the handler saw before
+	obj     T
 }
 
 // processor fans notifications out to listeners, one per handler.

@@ -3,6 +3,8 @@ package mirror
 import (
 	"context"
 	"errors"
+	"fmt"
+	"reflect"
 )
 
 // Registration is a handler's registration with an Informer.
@@ -52,12 +54,20 @@ func (l *listener[K, T]) syncedChan() <-chan struct{} {
 // later change. Once the context given to Run has ended, even before Run
 // has returned, it returns ErrStopped.
 //
+// A handler that is also a ChangeHandler[K, T] (a ChangeFunc, say) is
+// called through OnChange instead, and told each notification's key and
+// Origin. One with an OnChange method of another signature (another key
+// type) is refused with an error, rather than called as a plain Handler.
+//
 // client-go's AddEventHandler(h) is AddEventHandler(h, HandlerOptions{})
 // here, and its AddEventHandlerWithResyncPeriod(h, p) is
 // AddEventHandler(h, HandlerOptions{ResyncPeriod: p}).
 func (inf *Informer[K, T]) AddEventHandler(h Handler[T], opts HandlerOptions) (*Registration, error) {
 	if h == nil {
 		return nil, errors.New("mirror: AddEventHandler with a nil handler")
+	}
+	if err := checkChangeHandler[K](h); err != nil {
+		return nil, err
 	}
 	period := opts.ResyncPeriod
 	if period == 0 {
@@ -95,6 +105,20 @@ func (inf *Informer[K, T]) AddEventHandler(h Handler[T], opts HandlerOptions) (*
 		return nil
 	}
 	return reg, nil
+}
+
+// checkChangeHandler returns an error if h has an OnChange method but is
+// not a ChangeHandler[K, T]: most likely a ChangeFunc of another key
+// type, which the informer would otherwise call as a plain Handler.
+func checkChangeHandler[K comparable, T any](h Handler[T]) error {
+	if _, ok := h.(ChangeHandler[K, T]); ok {
+		return nil
+	}
+	if m, ok := reflect.TypeOf(h).MethodByName("OnChange"); ok {
+		return fmt.Errorf("mirror: AddEventHandler: the handler's OnChange is %v, not OnChange(mirror.Change[%v, %v])",
+			m.Type, reflect.TypeFor[K](), reflect.TypeFor[T]())
+	}
+	return nil
 }
 
 // errForeignRegistration is RemoveEventHandler's error for a

@@ -80,7 +80,7 @@ func (inf *Informer[K, T]) resyncLocked(now time.Time) {
 		return
 	}
 	for k, obj := range inf.cache.All() {
-		inf.proc.distribute(notification[K, T]{kind: notifyUpdate, key: k, old: obj, obj: obj}, true)
+		inf.proc.distribute(notification[K, T]{kind: notifyUpdate, key: k, old: obj, obj: obj, origin: OriginResync}, true)
 	}
 }
 

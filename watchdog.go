@@ -99,12 +99,12 @@ func (p *processor[K, T]) checkStuck(l *listener[K, T], now time.Time, stopped b
 	if stopped {
 		msg = "mirror: handler has not returned; Run waits for it"
 	}
-	p.logger.Warn(msg, "handler", l.name, "call", callName(call), "for", d.Round(time.Millisecond))
+	p.logger.Warn(msg, "handler", l.name, "call", l.callName(call), "for", d.Round(time.Millisecond))
 }
 
 // returned logs the return of l's call was, which was logged as stuck.
 func (p *processor[K, T]) returned(l *listener[K, T], was uint64) {
-	p.logger.Warn("mirror: handler returned", "handler", l.name, "call", callName(was), "after", p.stuckFor(l).Round(time.Millisecond))
+	p.logger.Warn("mirror: handler returned", "handler", l.name, "call", l.callName(was), "after", p.stuckFor(l).Round(time.Millisecond))
 }
 
 // stuckFor returns how long l's call logged as stuck has lasted.
@@ -132,9 +132,14 @@ func (p *processor[K, T]) wakeWatchdog() {
 	}
 }
 
-// callName names the handler method of a call in a listener's state word.
-func callName(state uint64) string {
-	switch notifyKind(state >> stateKindShift & 3) {
+// callName names the handler method of a call in the listener's state
+// word.
+func (l *listener[K, T]) callName(state uint64) string {
+	kind := notifyKind(state >> stateKindShift & 3)
+	if l.changes != nil && kind != 0 {
+		return "OnChange(" + ChangeType(kind).String() + ")"
+	}
+	switch kind {
 	case notifyAdd:
 		return "OnAdd"
 	case notifyUpdate:

@@ -1,0 +1,172 @@
+package mirror
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Origin says what made the informer notify a handler: a change the
+// watch saw, the first list, a later relist, or a periodic resync. It is
+// what a controller needs to rank work: a live change is urgent, the
+// rest is background (see the workqueue package's priorities).
+type Origin uint8
+
+const (
+	// OriginLive is a change a watch event brought: an addition, update
+	// or deletion, an object evicted because its state cannot be
+	// represented (with the in-order queue; see OriginRelist), and the
+	// deletion and addition of a key that a watch event shows naming
+	// another object (see InformerOptions.SameObject).
+	OriginLive Origin = iota + 1
+	// OriginInitialList is the informer's first list: its objects, and,
+	// for an informer resumed from a checkpoint, the changes that list
+	// finds against the checkpoint; a handler added late is handed the
+	// cache with this origin, and so is a handler handed a checkpoint's
+	// objects.
+	OriginInitialList
+	// OriginRelist is a later list, made when the watch could not resume
+	// (its history was compacted, say): the changes it finds, the
+	// deletions it infers (finalStateUnknown), and the deletion and
+	// addition of a key it finds naming another object. Such changes
+	// happened while the informer was not watching, so they may be
+	// older than they look. With the DeltaFIFO queue, whose deletions
+	// inferred by a list and evictions look alike, an eviction brought
+	// by a watch event is reported with this origin too.
+	OriginRelist
+	// OriginResync is a periodic resync (HandlerOptions.ResyncPeriod): an
+	// object offered again unchanged, as an update from itself to
+	// itself. A relist's objects found at the version cached (see
+	// InformerOptions.ResourceVersion), which go, like a resync, only to
+	// the handlers due for one, have this origin too.
+	OriginResync
+)
+
+// String returns "live", "initial-list", "relist" or "resync".
+func (o Origin) String() string {
+	switch o {
+	case OriginLive:
+		return "live"
+	case OriginInitialList:
+		return "initial-list"
+	case OriginRelist:
+		return "relist"
+	case OriginResync:
+		return "resync"
+	}
+	return fmt.Sprintf("Origin(%d)", uint8(o))
+}
+
+// urgency ranks origins for a handler in bounded mode, whose pending
+// notifications for a key merge into one (see HandlerOptions.MaxBacklog):
+// the merged notification keeps the most urgent origin of those it
+// stands for, so that a queue fed by the handler never ranks a live
+// change behind background work because a resync came after it. A
+// relist ranks above the initial list: it brings changes the informer
+// missed, which have waited already.
+func (o Origin) urgency() int {
+	switch o {
+	case OriginLive:
+		return 4
+	case OriginRelist:
+		return 3
+	case OriginInitialList:
+		return 2
+	case OriginResync:
+		return 1
+	}
+	return 0
+}
+
+// moreUrgent returns the more urgent of a and b.
+func moreUrgent(a, b Origin) Origin {
+	if b.urgency() > a.urgency() {
+		return b
+	}
+	return a
+}
+
+// ChangeType says what a Change does to the cache.
+type ChangeType uint8
+
+// The values match the internal notification kinds, so that converting
+// one to the other costs nothing.
+const (
+	// ChangeAdded is an object entering the cache (Handler.OnAdd).
+	ChangeAdded ChangeType = ChangeType(notifyAdd)
+	// ChangeUpdated is a cached object changing, or offered again by a
+	// resync (Handler.OnUpdate).
+	ChangeUpdated ChangeType = ChangeType(notifyUpdate)
+	// ChangeDeleted is an object leaving the cache (Handler.OnDelete).
+	ChangeDeleted ChangeType = ChangeType(notifyDelete)
+)
+
+// String returns "added", "updated" or "deleted".
+func (t ChangeType) String() string {
+	switch t {
+	case ChangeAdded:
+		return "added"
+	case ChangeUpdated:
+		return "updated"
+	case ChangeDeleted:
+		return "deleted"
+	}
+	return fmt.Sprintf("ChangeType(%d)", uint8(t))
+}
+
+// Change is one notification for a ChangeHandler: what Handler's
+// OnAdd, OnUpdate and OnDelete are told, with the object's key and the
+// notification's origin.
+type Change[K comparable, T any] struct {
+	// Type says which of OnAdd, OnUpdate, OnDelete this stands for.
+	Type ChangeType
+	// Origin says what made the informer notify (see Origin).
+	Origin Origin
+	// FinalStateUnknown is OnDelete's finalStateUnknown: set on a
+	// ChangeDeleted whose Object may be older than the object's final
+	// state.
+	FinalStateUnknown bool
+	// Key is the object's key in the informer's cache.
+	Key K
+	// Old is, for ChangeUpdated, the state the handler was last told
+	// of (OnUpdate's oldObj); the zero T otherwise.
+	Old T
+	// Object is the state after the change; for ChangeDeleted, the
+	// object's last state, as OnDelete's obj.
+	Object T
+}
+
+// ChangeHandler is implemented by a Handler that wants its
+// notifications as Changes. AddEventHandler checks for it once: an
+// informer calls a handler that implements it through OnChange only,
+// never through OnAdd, OnUpdate or OnDelete, one call at a time, in the
+// order and under the same terms as those calls (see Handler). It hands
+// a controller's queue the key without computing it again, and the
+// origin from which to rank the work.
+//
+// AddEventHandler takes a Handler rather than either interface, so that
+// a client-go handler registers as it is and a mistyped handler fails to
+// compile; ChangeFunc makes a function both.
+type ChangeHandler[K comparable, T any] interface {
+	OnChange(c Change[K, T])
+}
+
+// ChangeFunc adapts a function to a ChangeHandler that is also a Handler,
+// so that it can be passed to AddEventHandler. Its K must be the
+// informer's key type: AddEventHandler returns an error otherwise.
+type ChangeFunc[K comparable, T any] func(c Change[K, T])
+
+// OnChange calls f(c).
+func (f ChangeFunc[K, T]) OnChange(c Change[K, T]) { f(c) }
+
+// OnAdd panics: an informer calls a ChangeFunc through OnChange only. A
+// ChangeFunc wrapped in another Handler would lose the key, which OnAdd
+// does not carry, so it says so rather than hand f a zero key.
+func (f ChangeFunc[K, T]) OnAdd(T, bool) { panic(errChangeFuncAsHandler) }
+
+// OnUpdate panics, as OnAdd does.
+func (f ChangeFunc[K, T]) OnUpdate(T, T) { panic(errChangeFuncAsHandler) }
+
+// OnDelete panics, as OnAdd does.
+func (f ChangeFunc[K, T]) OnDelete(T, bool) { panic(errChangeFuncAsHandler) }
+
+var errChangeFuncAsHandler = errors.New("mirror: a ChangeFunc called as a Handler: register it with AddEventHandler itself, not wrapped")
