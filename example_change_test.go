@@ -1,0 +1,71 @@
+package mirror_test
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/memsource"
+	"github.com/listwatch/mirror/workqueue"
+)
+
+// ExampleChangeFunc feeds a controller's workqueue: each change queues its
+// key at the priority of its origin, so that a live change is reconciled
+// ahead of the keys of the initial list queued before it.
+func ExampleChangeFunc() {
+	keyFunc := func(s service) (string, error) { return s.Name, nil }
+	src := memsource.New(keyFunc, memsource.Options{})
+	src.Put(service{Name: "api", Zone: "eu", Port: 443})
+	src.Put(service{Name: "db", Zone: "eu", Port: 5432})
+	inf := mirror.NewInformer(src, mirror.InformerOptions[string, service]{KeyFunc: keyFunc})
+
+	q := workqueue.New[string](workqueue.Options{})
+	priority := func(o mirror.Origin) workqueue.Priority {
+		switch o {
+		case mirror.OriginLive:
+			return workqueue.PriorityLive
+		case mirror.OriginResync:
+			return workqueue.PriorityResync
+		}
+		return workqueue.PriorityBackground // initial list, relist
+	}
+	seen := make(chan string)
+	reg, err := inf.AddEventHandler(mirror.ChangeFunc[string, service](func(c mirror.Change[string, service]) {
+		q.AddWithPriority(c.Key, priority(c.Origin))
+		seen <- fmt.Sprintf("%v %v %s", c.Origin, c.Type, c.Key)
+	}), mirror.HandlerOptions{})
+	if err != nil {
+		panic(err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- inf.Run(ctx) }()
+	fmt.Println(<-seen)
+	fmt.Println(<-seen)
+	if err := mirror.WaitForCacheSync(ctx, reg); err != nil {
+		panic(err)
+	}
+	src.Put(service{Name: "cache", Zone: "eu", Port: 6379})
+	fmt.Println(<-seen)
+
+	for range 3 { // a worker, the reconcile loop's
+		key, err := q.Get(ctx)
+		if err != nil {
+			panic(err)
+		}
+		fmt.Println("reconcile", key)
+		q.Forget(key)
+		q.Done(key)
+	}
+	q.ShutDown()
+	cancel()
+	<-done
+	// Output:
+	// initial-list added api
+	// initial-list added db
+	// live added cache
+	// reconcile cache
+	// reconcile api
+	// reconcile db
+}
