@@ -30,6 +30,8 @@ type collector struct {
 	storeVersion, staleness, failed        *prometheus.Desc
 
 	processing, delivery, listDuration, listObjects *prometheus.HistogramVec
+
+	q queueCollector // the workqueues' (workqueue.go)
 }
 
 func newCollector(m *Metrics) *collector {
@@ -74,6 +76,7 @@ func newCollector(m *Metrics) *collector {
 			"Seconds a completed list took, from its first request to its last page.", listDurationBuckets, "cause"),
 		listObjects: histogram("mirror_list_objects",
 			"Objects a completed list held.", listObjectsBuckets, "cause"),
+		q: newQueueCollector(),
 	}
 }
 
@@ -91,27 +94,30 @@ func (c *collector) histograms() []*prometheus.HistogramVec {
 
 // Describe sends the descriptors of every metric.
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range c.constDescs() {
+	for _, d := range append(c.constDescs(), c.q.constDescs()...) {
 		ch <- d
 	}
-	for _, h := range c.histograms() {
+	for _, h := range append(c.histograms(), c.q.histograms()...) {
 		h.Describe(ch)
 	}
 }
 
-// Collect reads every running informer's Stats and sends its counters and
-// gauges, then the histograms.
+// Collect reads every running informer's and workqueue's Stats and sends
+// their counters and gauges, then the histograms.
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	now := time.Now()
-	// Stats are read under the lock, so that no informer is read after
-	// its Stop; Stats takes the informer's locks only briefly, and
-	// nothing an informer calls while holding one takes this lock.
+	// Stats are read under the lock, so that no informer or queue is read
+	// after its Stop; Stats takes their locks only briefly, and nothing
+	// an informer or a queue calls while holding one takes this lock.
 	c.m.mu.Lock()
 	for name, running := range c.m.informers {
 		c.collectInformer(ch, name, running, now)
 	}
+	for name, g := range c.m.queues {
+		c.q.collectQueue(ch, name, g)
+	}
 	c.m.mu.Unlock()
-	for _, h := range c.histograms() {
+	for _, h := range append(c.histograms(), c.q.histograms()...) {
 		h.Collect(ch)
 	}
 }
@@ -240,7 +246,7 @@ func versionValue(v string) (value float64, ok bool) {
 }
 
 // deleteHistograms removes the histogram series of the informers named
-// name.
+// name (not those of a workqueue of that name).
 func (c *collector) deleteHistograms(name string) {
 	for _, h := range c.histograms() {
 		h.DeletePartialMatch(prometheus.Labels{"name": name})

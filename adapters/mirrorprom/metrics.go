@@ -1,10 +1,12 @@
-// Package mirrorprom exports the metrics of mirror's informers to
-// Prometheus.
+// Package mirrorprom exports the metrics of mirror's informers and
+// workqueues to Prometheus.
 //
 // New registers the metrics in a prometheus.Registerer; the Metrics it
 // returns is given to any number of informers, in
-// mirror.InformerOptions.Metrics, and every series carries the informer's
-// name (InformerOptions.Name) in the label "name":
+// mirror.InformerOptions.Metrics, and of workqueues, in
+// workqueue.Options.Metrics, and every series carries the informer's or
+// the queue's name (InformerOptions.Name, workqueue.Options.Name) in the
+// label "name":
 //
 //	m, err := mirrorprom.New(registry)
 //	if err != nil {
@@ -15,18 +17,21 @@
 //		KeyFunc: serviceKey,
 //		Metrics: m,
 //	})
+//	queue := workqueue.New[string](workqueue.Options{Name: "services", Metrics: m})
 //
-// Counters and gauges are read from the informer (Informer.Stats) when
-// Prometheus scrapes, so they cost the informer nothing between scrapes;
-// latencies and list sizes are histograms, fed by the informer as it works.
-// The series of an informer appear when its Run starts and go when Run
-// returns.
+// Counters and gauges are read from the informer (Informer.Stats) or the
+// queue (Queue.Stats) when Prometheus scrapes, so they cost nothing
+// between scrapes; latencies and list sizes are histograms, fed by the
+// informer or the queue as it works. The series of an informer appear
+// when its Run starts and go when Run returns; those of a queue appear
+// when it is made and go once it is shut down and no key is in process.
 //
 // Every metric is named mirror_…: none has a name of client-go's metrics
 // (informer_…, workqueue_…), so New may be given the registry of a
 // Kubernetes component, k8s.io/component-base's legacyregistry.Registerer(),
-// where client-go's informers register theirs. The module's README lists
-// every metric, and those of client-go's that are closest.
+// where client-go's informers and workqueues register theirs. The
+// module's README lists every metric, and those of client-go's that are
+// closest.
 package mirrorprom
 
 import (
@@ -40,9 +45,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Metrics is a mirror.Metrics that exports what informers measure to
-// Prometheus. Create it with New; one Metrics serves any number of
-// informers, each under its own name. It is safe for concurrent use.
+// Metrics is a mirror.Metrics and a workqueue.Metrics that exports what
+// informers and workqueues measure to Prometheus. Create it with New; one
+// Metrics serves any number of informers and queues, each under its own
+// name. It is safe for concurrent use.
 //
 // Informers should have distinct names: the series of informers that
 // share a name are merged, their counters and sizes added up, their
@@ -53,10 +59,11 @@ type Metrics struct {
 
 	mu        sync.Mutex
 	informers map[string][]*informerMetrics // by name, in the order their Run started
+	queues    map[string]*queueGroup        // by name
 }
 
 // New returns a Metrics whose series reg exposes; it registers them in reg
-// once, whatever number of informers the Metrics is given. It fails if reg
+// once, whatever number of informers and queues the Metrics is given. It fails if reg
 // is nil, or if reg refuses them, as it does when the names are already
 // registered there (a *prometheus.AlreadyRegisteredError, for a second New
 // on the same registry, say).
@@ -64,7 +71,10 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	if reg == nil {
 		return nil, errors.New("mirrorprom: nil prometheus.Registerer")
 	}
-	m := &Metrics{informers: make(map[string][]*informerMetrics)}
+	m := &Metrics{
+		informers: make(map[string][]*informerMetrics),
+		queues:    make(map[string]*queueGroup),
+	}
 	m.c = newCollector(m)
 	if err := reg.Register(m.c); err != nil {
 		return nil, fmt.Errorf("mirrorprom: register the metrics: %w", err)
