@@ -9,6 +9,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/adapters/mirrorprom"
+	"github.com/listwatch/mirror/workqueue"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
@@ -70,6 +71,10 @@ func TestMetrics_EveryNameIsUnderTheMirrorPrefix(t *testing.T) {
 	im.Listed(mirror.ListInitial, 1, time.Millisecond)
 	im.Applied(time.Millisecond)
 	im.Delivered("audit", time.Millisecond)
+	qm := m.Queue("orders", &statsSource{})
+	defer qm.Stop()
+	qm.Waited(workqueue.PriorityLive, time.Millisecond)
+	qm.Processed(time.Millisecond)
 
 	families, err := registry.Gather()
 	require.NoError(t, err)

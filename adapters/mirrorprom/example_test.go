@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/adapters/mirrorprom"
 	"github.com/listwatch/mirror/memsource"
+	"github.com/listwatch/mirror/workqueue"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -70,6 +72,48 @@ func Example() {
 	// mirror_cache_resource_version{name="services"} 4
 	// mirror_handler_deliveries_total{handler="audit",name="services"} 3
 	// series after Run returned: 0
+}
+
+// A workqueue exporting its metrics: its depth by priority, read at each
+// scrape; its series go once it is shut down with nothing in process.
+func ExampleMetrics_Queue() {
+	registry := prometheus.NewRegistry()
+	metrics, err := mirrorprom.New(registry)
+	if err != nil {
+		panic(err)
+	}
+	queue := workqueue.New[string](workqueue.Options{Name: "services", Metrics: metrics})
+	for _, key := range []string{"api", "db", "web"} {
+		queue.AddWithPriority(key, workqueue.PriorityBackground) // an initial list
+	}
+	queue.Add("db") // a live change: db is raised
+	queue.AddAfter("cache", time.Minute)
+
+	families, err := registry.Gather()
+	if err != nil {
+		panic(err)
+	}
+	for _, line := range series(families) {
+		if strings.HasPrefix(line, "mirror_workqueue_depth") ||
+			strings.HasPrefix(line, "mirror_workqueue_delayed") ||
+			strings.HasPrefix(line, "mirror_workqueue_adds_total") {
+			fmt.Println(line)
+		}
+	}
+
+	queue.ShutDown()
+	families, err = registry.Gather()
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println("series after ShutDown:", len(series(families)))
+	// Output:
+	// mirror_workqueue_adds_total{name="services"} 4
+	// mirror_workqueue_delayed{name="services"} 1
+	// mirror_workqueue_depth{name="services",priority="background"} 2
+	// mirror_workqueue_depth{name="services",priority="live"} 1
+	// mirror_workqueue_depth{name="services",priority="resync"} 0
+	// series after ShutDown: 0
 }
 
 // series renders the counters and gauges of families, one line a series,

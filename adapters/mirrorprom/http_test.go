@@ -10,6 +10,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/memsource"
+	"github.com/listwatch/mirror/workqueue"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -35,10 +36,11 @@ func readmeMetrics(t *testing.T) map[string]dto.MetricType {
 }
 
 // A program serves the registry with promhttp; Prometheus scrapes it over
-// the network. Served over loopback, the informer's series are there with
-// the README's types, they move as it works, and they go when it stops.
-// The informer runs on real goroutines, so what it has not yet counted
-// when the handler has been called is awaited.
+// the network. Served over loopback, the series of an informer and of a
+// workqueue its handler feeds are there with the README's types, they
+// move as they work, and they go when they stop. The informer runs on
+// real goroutines, so what it has not yet counted when the handler has
+// been called is awaited.
 func TestMetrics_ServedOverHTTPAsTheREADMESays(t *testing.T) {
 	m, registry := newMetrics(t)
 	srv := httptest.NewServer(handler(registry))
@@ -50,9 +52,10 @@ func TestMetrics_ServedOverHTTPAsTheREADMESays(t *testing.T) {
 		src.Put(item{Name: name})
 	}
 	inf := mirror.NewInformer(src, mirror.InformerOptions[string, item]{Name: "served", KeyFunc: itemKey, Metrics: m})
-	updated := make(chan string, 10)
+	queue := workqueue.New[string](workqueue.Options{Name: "served", Metrics: m})
+	defer queue.ShutDown()
 	reg, err := inf.AddEventHandler(mirror.HandlerFuncs[item]{
-		UpdateFunc: func(_, it item) { updated <- it.Name },
+		UpdateFunc: func(_, it item) { queue.Add(it.Name) },
 	}, mirror.HandlerOptions{Name: "h"})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(t.Context())
@@ -68,7 +71,10 @@ func TestMetrics_ServedOverHTTPAsTheREADMESays(t *testing.T) {
 	assert.Equal(t, float64(src.Revision()), s.get(t, "mirror_cache_resource_version", "name", "served"))
 
 	src.Put(item{Name: "a", Val: 1})
-	require.Equal(t, "a", <-updated)
+	got, err := queue.Get(ctx)
+	require.NoError(t, err)
+	require.Equal(t, "a", got)
+	queue.Done(got)
 	listed := readmeMetrics(t)
 	require.Eventually(t, func() bool {
 		var err error
@@ -81,6 +87,7 @@ func TestMetrics_ServedOverHTTPAsTheREADMESays(t *testing.T) {
 			}
 		}
 		return s.values[key("mirror_handler_deliveries_total", "name", "served", "handler", "h")] == 4 &&
+			s.values[key("mirror_workqueue_adds_total", "name", "served")] == 1 &&
 			s.values[key("mirror_lists_total", "name", "served", "cause", "initial")] == 1 &&
 			s.values[key("mirror_watch_events_total", "name", "served")] == 1
 	}, 10*time.Second, 5*time.Millisecond, "every metric of the README, and the change counted")
@@ -93,5 +100,6 @@ func TestMetrics_ServedOverHTTPAsTheREADMESays(t *testing.T) {
 
 	cancel()
 	require.NoError(t, <-done)
-	assert.Empty(t, scrapeURL(t, url).values, "the series go with the informer")
+	queue.ShutDown()
+	assert.Empty(t, scrapeURL(t, url).values, "the series go with the informer and the queue")
 }
