@@ -73,7 +73,9 @@ func (c *queueCollector) histograms() []*prometheus.HistogramVec {
 // workqueue.New calls it. Its counters and gauges are read through src at
 // every scrape until the returned QueueMetrics is stopped, which the
 // queue does once it is shut down and no key is in process; that removes
-// the queue's series, unless another running queue has its name.
+// the queue's series, unless another running queue has its name. A queue
+// never shut down keeps its series, and m keeps it reachable: shut down
+// the queues a program is done with.
 //
 // Queues should have distinct names: the series of queues that share a
 // name are merged, their counts added up, their longest running time the
