@@ -321,3 +321,60 @@ func TestQueueMetrics_QueuesSharingANameAreAddedUpAndStopApart(t *testing.T) {
 	assert.Equal(t, 1.0, get("mirror_workqueue_work_duration_seconds_count"), "the informer's Stop leaves the queue's histograms")
 	assert.False(t, s.has("mirror_cache_objects", "name", "jobs"))
 }
+
+// Scrapes while workers add, take and finish keys, and while the queue
+// drains and stops, neither block the queue nor race with it (-race), and
+// a scrape once the work is done counts every add and retry.
+func TestQueueMetrics_ScrapesRaceWithWorkersAndTheStop(t *testing.T) {
+	m, registry := newMetrics(t)
+	q := workqueue.New[int](workqueue.Options{Name: "busy", Metrics: m})
+	const keys, workers = 2000, 4
+	const retries = (keys + 6) / 7 // the keys k%7 == 0 each retry a key of their own
+	processed := make(chan int, keys+retries)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				k, err := q.Get(context.Background())
+				if err != nil {
+					return // drained
+				}
+				if k%7 == 0 && k < keys {
+					q.AddRateLimited(k + keys)
+				}
+				q.Done(k)
+				processed <- k
+			}
+		})
+	}
+	stop := make(chan struct{})
+	scrapeErr := make(chan error, 1)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				scrapeErr <- nil
+				return
+			default:
+				if _, err := registry.Gather(); err != nil {
+					scrapeErr <- err
+					return
+				}
+			}
+		}
+	}()
+	for k := range keys {
+		q.AddWithPriority(k, workqueue.Priority(k%3-1))
+	}
+	for range keys + retries {
+		<-processed
+	}
+	s := scrapeHandler(t, registry)
+	assert.Equal(t, float64(keys+retries), s.get(t, "mirror_workqueue_adds_total", "name", "busy"))
+	assert.Equal(t, float64(retries), s.get(t, "mirror_workqueue_retries_total", "name", "busy"))
+	require.NoError(t, q.ShutDownWithDrain(context.Background()))
+	wg.Wait()
+	close(stop)
+	require.NoError(t, <-scrapeErr)
+	assert.Empty(t, scrapeHandler(t, registry).values, "the queue stopped")
+}
