@@ -15,6 +15,11 @@
 // client-go's cache.ListerWatcher, so that both informers read the same
 // source.
 //
+// The Workqueue benchmarks compare mirror's workqueue package with
+// client-go's util/workqueue and controller-runtime's priority queue
+// (impl=mirror, impl=client-go, impl=controller-runtime); WORKQUEUE.md
+// reports them.
+//
 // run.sh runs every pair, summarises them with benchstat and writes
 // RESULTS.md and ratios.svg (see cmd/chart).
 package bench

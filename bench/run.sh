@@ -4,13 +4,17 @@
 # child process, in ./test/etcd), summarises them with benchstat and
 # writes bench/RESULTS.md and bench/ratios.svg. The raw results stay
 # beside them (bench/results*.txt, bench/run-info.txt, bench/profiles.md),
-# so the report can be rewritten without running again.
+# so the report can be rewritten without running again. The workqueue
+# rows (ours vs client-go's and controller-runtime's queues) go to
+# bench/results-workqueue.txt and their benchstat to
+# bench/benchstat-workqueue.txt, which bench/WORKQUEUE.md discusses.
 #
 #   bash bench/run.sh                  # the full run: 10 rounds, etcd rows at 100k and 1M keys
 #   COUNT=3 bash bench/run.sh          # a quicker one
 #   ETCD_1M=0 bash bench/run.sh        # without the 1M-key etcd rows (minutes each round)
 #   BENCH=DeltaFIFO COUNT=1 bash bench/run.sh   # a subset (-bench regexp)
 #   PROFILE=0 bash bench/run.sh        # skip the profiles
+#   WQ=0 bash bench/run.sh             # without the workqueue rows (about 80 s a round)
 #   REPORT_ONLY=1 bash bench/run.sh    # rewrite RESULTS.md from the last run's files
 #
 # Needs only Go and the module proxy; installs benchstat itself.
@@ -23,6 +27,7 @@ COUNT=${COUNT:-10}
 BENCH=${BENCH:-.}
 ETCD_1M=${ETCD_1M:-1}
 PROFILE=${PROFILE:-1}
+WQ=${WQ:-1}
 REPORT_ONLY=${REPORT_ONLY:-0}
 BENCHSTAT_VERSION=v0.0.0-20260908200009-22c9c6c9d4da # golang.org/x/perf
 out=bench
@@ -51,7 +56,14 @@ run() {
   load_before=$(uptime | sed 's/.*load average: //')
 
   echo "== bench: mirror vs client-go (count $COUNT)"
-  rounds ./bench/ | tee "$out/results.txt"
+  rounds ./bench/ -skip Workqueue | tee "$out/results.txt"
+
+  # The workqueue rows have peers of their own (client-go's and
+  # controller-runtime's queues) and a report of their own.
+  if [ "$WQ" = 1 ]; then
+    echo "== bench: workqueue vs client-go and controller-runtime (count $COUNT)"
+    rounds ./bench/ -run '^$' -bench "Workqueue.*$BENCH" | tee "$out/results-workqueue.txt"
+  fi
 
   # The etcd rows come from test/etcd: informer vs raw clientv3 loops
   # (and the adapter alone), each sub-benchmark named impl=..., with one
@@ -118,6 +130,7 @@ run() {
     echo "go=$(go version | sed 's/^go version //')"
     echo "cpu=$(sed -n 's/^cpu: //p' "$out/results.txt" | head -1), $(nproc) cores"
     echo "clientgo=$(cd bench && go list -m -f '{{.Version}}' k8s.io/client-go)"
+    echo "controllerruntime=$(cd bench && go list -m -f '{{.Version}}' sigs.k8s.io/controller-runtime)"
     echo "runs=$COUNT rounds of -count=1, interleaved, -bench '$BENCH'"
     echo "time=$(((end - start) / 60)) min $(((end - start) % 60)) s"
     echo "load=before: $load_before; after: $(uptime | sed 's/.*load average: //')"
@@ -138,6 +151,10 @@ report() {
     echo >>"$tmp/benchstat.csv"
   done
   go run ./bench/cmd/chart -in "$tmp/benchstat.csv" -md "$tmp/table.md" -svg "$out/ratios.svg"
+  if [ -s "$out/results-workqueue.txt" ]; then
+    benchstat -col /impl "$out/results-workqueue.txt" >"$out/benchstat-workqueue.txt"
+    echo "== wrote $out/benchstat-workqueue.txt (see $out/WORKQUEUE.md)"
+  fi
 
   info() { sed -n "s/^$1=//p" "$out/run-info.txt"; }
   {
