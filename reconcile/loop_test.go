@@ -463,7 +463,9 @@ func TestLoop_RunReturnsSyncFailure(t *testing.T) {
 		}), reconcile.Options{Name: "refused"})
 		_, err := reconcile.Watch(loop, inf, mirror.HandlerOptions{})
 		require.NoError(t, err)
-		ctx, cancel := context.WithCancel(t.Context())
+		// Bounded, so that a loop that does not wait for the sync fails
+		// rather than hangs.
+		ctx, cancel := context.WithTimeout(t.Context(), time.Hour)
 		infDone := make(chan struct{})
 		go func() {
 			_ = inf.Run(ctx)
