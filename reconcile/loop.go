@@ -156,7 +156,7 @@ func (l *Loop[K]) Run(ctx context.Context) error {
 	case ctx.Err() != nil:
 		err = nil
 	case err != nil:
-		err = fmt.Errorf("reconcile %q: waiting for the informers' first list: %w", l.opts.Name, err)
+		err = fmt.Errorf("%s: waiting for the informers' first list: %w", l.what(), err)
 	default:
 		var wg sync.WaitGroup
 		for range l.opts.Workers {
@@ -221,6 +221,14 @@ func (l *Loop[K]) call(ctx context.Context, key K) (res Result, err error) {
 		}
 	}()
 	return l.r.Reconcile(ctx, key)
+}
+
+// what names the loop in errors.
+func (l *Loop[K]) what() string {
+	if l.opts.Name == "" {
+		return "reconcile"
+	}
+	return fmt.Sprintf("reconcile %q", l.opts.Name)
 }
 
 func (l *Loop[K]) report(e *Error[K]) {

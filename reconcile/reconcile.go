@@ -20,6 +20,8 @@ import (
 // the key is retried after its backoff, unless it wraps ErrPermanent. A
 // panic is recovered and counts as an error (a *mirror.PanicError).
 type Reconciler[K comparable] interface {
+	// Reconcile makes the world match the current state of key's
+	// object, or the absence of one.
 	Reconcile(ctx context.Context, key K) (Result, error)
 }
 
