@@ -1,0 +1,251 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+
+	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/workqueue"
+)
+
+// Options configures a Loop. The zero value is a loop of one worker, with
+// the queue's defaults, that logs failures through slog.Default().
+type Options struct {
+	// Name names the loop in its errors and logs, the handlers Watch
+	// registers (unless given a name of their own) and the queue's
+	// metrics (unless Queue.Name is set).
+	Name string
+	// Workers is how many keys are reconciled at once. Zero or less
+	// means 1.
+	Workers int
+	// Queue configures the loop's queue: aging, per-key backoff, metrics.
+	Queue workqueue.Options
+	// Priority ranks the key of a watched change by the change's origin.
+	// Nil means workqueue.PriorityLive for a live change,
+	// workqueue.PriorityBackground for the initial list and a relist, and
+	// workqueue.PriorityResync for a resync.
+	Priority func(mirror.Origin) workqueue.Priority
+	// ErrorHandler, if not nil, is called with an *Error[K] for each
+	// failed Reconcile, from the worker, once the key has been let go of.
+	// Nil logs the failure through Logger at Error level, with the
+	// stack of a panic.
+	ErrorHandler func(error)
+	// Logger is where failures are logged when ErrorHandler is nil. Nil
+	// means slog.Default().
+	Logger *slog.Logger
+}
+
+// Loop is a reconcile loop: a queue of keys, fed by the informers it
+// watches (see Watch) and by its callers (see Queue), and workers that
+// call a Reconciler for each key. Make one with New; it runs once, with
+// Run. It is safe for concurrent use.
+type Loop[K comparable] struct {
+	r        Reconciler[K]
+	opts     Options
+	priority func(mirror.Origin) workqueue.Priority
+	q        *workqueue.Queue[K]
+
+	mu      sync.Mutex
+	started bool
+	watched []watch
+}
+
+// watch is a handler Watch registered, to wait for and to remove.
+type watch struct {
+	reg    *mirror.Registration
+	remove func()
+}
+
+// New returns a loop that reconciles keys with r, which must not be nil.
+// Nothing runs until Run.
+func New[K comparable](r Reconciler[K], opts Options) *Loop[K] {
+	if opts.Workers <= 0 {
+		opts.Workers = 1
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Queue.Name == "" {
+		opts.Queue.Name = opts.Name
+	}
+	l := &Loop[K]{r: r, opts: opts, priority: opts.Priority, q: workqueue.New[K](opts.Queue)}
+	if l.priority == nil {
+		l.priority = defaultPriority
+	}
+	return l
+}
+
+func defaultPriority(o mirror.Origin) workqueue.Priority {
+	switch o {
+	case mirror.OriginLive:
+		return workqueue.PriorityLive
+	case mirror.OriginResync:
+		return workqueue.PriorityResync
+	}
+	return workqueue.PriorityBackground
+}
+
+// Queue returns the loop's queue, for callers that queue keys of their
+// own: keys mapped from the objects of an informer of another key type,
+// say, or a periodic sweep. Run shuts it down when it returns, and then it
+// takes no more keys.
+func (l *Loop[K]) Queue() *workqueue.Queue[K] { return l.q }
+
+// Watch registers a handler with inf that queues the key of each change
+// at the priority of its origin (see Options.Priority), and returns its
+// registration. opts are the handler's; an empty opts.Name becomes the
+// loop's Name. Run waits for every watched handler to be handed its
+// informer's initial list before it starts the workers, and removes the
+// handlers when it returns.
+//
+// Watch must be called before Run: afterwards it returns ErrStarted. One
+// loop may watch any number of informers of its key type, whatever their
+// object types.
+func Watch[K comparable, T any](l *Loop[K], inf *mirror.Informer[K, T], opts mirror.HandlerOptions) (*mirror.Registration, error) {
+	if opts.Name == "" {
+		opts.Name = l.opts.Name
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.started {
+		return nil, ErrStarted
+	}
+	q, priority := l.q, l.priority
+	reg, err := inf.AddEventHandler(mirror.ChangeFunc[K, T](func(c mirror.Change[K, T]) {
+		q.AddWithPriority(c.Key, priority(c.Origin))
+	}), opts)
+	if err != nil {
+		return nil, fmt.Errorf("reconcile: watch: %w", err)
+	}
+	l.watched = append(l.watched, watch{reg: reg, remove: func() { _ = inf.RemoveEventHandler(reg) }})
+	return reg, nil
+}
+
+// Run waits for the watched handlers to be handed their informers'
+// initial lists (see mirror.WaitForCacheSync), then starts Options.Workers
+// workers, which reconcile the queued keys until ctx ends. The keys queued
+// meanwhile wait, ranked by priority, for the workers.
+//
+// When ctx ends, Run shuts the queue down (the keys still queued are
+// dropped), waits for the calls of Reconcile in progress to return (their
+// ctx is ctx, ended), removes the watched handlers from their informers,
+// and returns nil; no goroutine it started is left. If an informer gives
+// up before its first sync (its source refused it for good: the error
+// wraps mirror.ErrPermanent), Run stops the same way and returns that
+// error. A loop runs once: a second call returns ErrStarted.
+func (l *Loop[K]) Run(ctx context.Context) error {
+	l.mu.Lock()
+	if l.started {
+		l.mu.Unlock()
+		return ErrStarted
+	}
+	l.started = true
+	watched := l.watched
+	l.mu.Unlock()
+
+	waiters := make([]mirror.SyncWaiter, len(watched))
+	for i, w := range watched {
+		waiters[i] = w.reg
+	}
+	err := mirror.WaitForCacheSync(ctx, waiters...)
+	switch {
+	case ctx.Err() != nil:
+		err = nil
+	case err != nil:
+		err = fmt.Errorf("%s: waiting for the informers' first list: %w", l.what(), err)
+	default:
+		var wg sync.WaitGroup
+		for range l.opts.Workers {
+			wg.Go(func() { l.work(ctx) })
+		}
+		<-ctx.Done()
+		l.q.ShutDown()
+		wg.Wait()
+	}
+	l.q.ShutDown()
+	for _, w := range watched {
+		w.remove()
+	}
+	return err
+}
+
+// work is a worker: it reconciles keys until the queue is shut down or
+// ctx ends.
+func (l *Loop[K]) work(ctx context.Context) {
+	for {
+		key, err := l.q.Get(ctx)
+		if err != nil {
+			return
+		}
+		if e := l.process(ctx, key); e != nil {
+			l.report(e)
+		}
+	}
+}
+
+// process reconciles key, queues it again as the outcome asks, and lets
+// go of it; it returns the failure to report, if any.
+func (l *Loop[K]) process(ctx context.Context, key K) *Error[K] {
+	defer l.q.Done(key)
+	res, err := l.call(ctx, key)
+	if err == nil {
+		l.q.Forget(key)
+		if res.RequeueAfter > 0 {
+			l.q.AddAfter(key, res.RequeueAfter)
+		}
+		return nil
+	}
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return nil // the loop is stopping, not failing
+	}
+	e := &Error[K]{Loop: l.opts.Name, Key: key, Err: err, Retries: l.q.NumRequeues(key)}
+	if errors.Is(err, ErrPermanent) {
+		e.Dropped = true
+		l.q.Forget(key)
+	} else {
+		l.q.AddRateLimited(key) // before Done, which would forget the count
+	}
+	return e
+}
+
+// call calls Reconcile and turns a panic into a *mirror.PanicError.
+func (l *Loop[K]) call(ctx context.Context, key K) (res Result, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			// Stack from here still shows where the panic happened.
+			err = &mirror.PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return l.r.Reconcile(ctx, key)
+}
+
+// what names the loop in errors.
+func (l *Loop[K]) what() string {
+	if l.opts.Name == "" {
+		return "reconcile"
+	}
+	return fmt.Sprintf("reconcile %q", l.opts.Name)
+}
+
+func (l *Loop[K]) report(e *Error[K]) {
+	if l.opts.ErrorHandler != nil {
+		l.opts.ErrorHandler(e)
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("loop", l.opts.Name),
+		slog.Any("key", e.Key),
+		slog.Bool("dropped", e.Dropped),
+		slog.Int("retries", e.Retries),
+		slog.Any("err", e.Err),
+	}
+	var p *mirror.PanicError
+	if errors.As(e.Err, &p) {
+		attrs = append(attrs, slog.String("stack", string(p.Stack)))
+	}
+	l.opts.Logger.LogAttrs(context.Background(), slog.LevelError, "reconcile failed", attrs...)
+}

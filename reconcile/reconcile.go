@@ -1,0 +1,100 @@
+package reconcile
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Reconciler makes the world match the state of the object named by a key.
+//
+// Reconcile is called with the keys of the objects that changed, at least
+// once after each change, and never for one key by two workers at once;
+// it is handed a key, not a change, so it reads the object's current state
+// (from an informer's cache, say) and must do the right thing whatever
+// happened to the object meanwhile, its deletion included. Its ctx ends
+// when the loop stops.
+//
+// A nil error with a zero Result means the key is done. An error means
+// the key is retried after its backoff, unless it wraps ErrPermanent. A
+// panic is recovered and counts as an error (a *mirror.PanicError).
+type Reconciler[K comparable] interface {
+	// Reconcile makes the world match the current state of key's
+	// object, or the absence of one.
+	Reconcile(ctx context.Context, key K) (Result, error)
+}
+
+// Func adapts a function to a Reconciler.
+type Func[K comparable] func(ctx context.Context, key K) (Result, error)
+
+// Reconcile calls f(ctx, key).
+func (f Func[K]) Reconcile(ctx context.Context, key K) (Result, error) { return f(ctx, key) }
+
+// Result is what a successful Reconcile asks of the loop.
+type Result struct {
+	// RequeueAfter, if positive, has the key reconciled again after this
+	// delay (unless a change queues it sooner), as a success: its retry
+	// count is reset first. A periodic check of something no informer
+	// watches, say. With an error, it is ignored: the error's retry wins.
+	RequeueAfter time.Duration
+}
+
+// ErrPermanent marks an error that retrying will not cure: a Reconcile
+// error wrapping it is reported and the key dropped (its retry count
+// reset), until a change queues the key again. Wrap it with Permanent or
+// with fmt.Errorf's %w.
+//
+// It is not mirror.ErrPermanent, a source's refusal: a Reconcile error
+// wrapping that one is retried as any other.
+var ErrPermanent = errors.New("reconcile: permanent error")
+
+// Permanent returns err marked permanent: errors.Is finds both err and
+// ErrPermanent in it, and its message is err's. Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return permanentError{err}
+}
+
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string        { return e.err.Error() }
+func (e permanentError) Unwrap() error        { return e.err }
+func (e permanentError) Is(target error) bool { return target == ErrPermanent }
+
+// ErrStarted is returned by Loop.Run when the loop has run already, and by
+// Watch once Run has been called.
+var ErrStarted = errors.New("reconcile: loop already started")
+
+// Error is what a Loop reports (see Options.ErrorHandler) when Reconcile
+// fails for a key. errors.Is and errors.As see through it to Err.
+type Error[K comparable] struct {
+	// Loop is the loop's Options.Name.
+	Loop string
+	// Key is the key that failed.
+	Key K
+	// Err is Reconcile's error, or a *mirror.PanicError if it panicked.
+	Err error
+	// Dropped is set when the key is not retried: Err wraps ErrPermanent.
+	Dropped bool
+	// Retries is the number of times the key had been retried, since it
+	// last succeeded or was dropped, before this failure.
+	Retries int
+}
+
+// Error implements error.
+func (e *Error[K]) Error() string {
+	what := "will retry"
+	if e.Dropped {
+		what = "dropped"
+	}
+	if e.Loop != "" {
+		return fmt.Sprintf("reconcile %q: key %v (%s): %v", e.Loop, e.Key, what, e.Err)
+	}
+	return fmt.Sprintf("reconcile: key %v (%s): %v", e.Key, what, e.Err)
+}
+
+// Unwrap returns Err.
+func (e *Error[K]) Unwrap() error { return e.Err }
