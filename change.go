@@ -147,6 +147,8 @@ type Change[K comparable, T any] struct {
 // a client-go handler registers as it is and a mistyped handler fails to
 // compile; ChangeFunc makes a function both.
 type ChangeHandler[K comparable, T any] interface {
+	// OnChange is called with each change, in place of OnAdd, OnUpdate
+	// and OnDelete.
 	OnChange(c Change[K, T])
 }
 
