@@ -106,6 +106,7 @@ func TestMirrorPods_PrintsChangesServesMetricsAndStopsCleanly(t *testing.T) {
 	assert.Contains(t, string(body), `mirror_cache_objects{name="pods"} 3`+"\n")
 	assert.Contains(t, string(body), `mirror_lists_total{cause="initial",name="pods"} 1`+"\n")
 	assert.Contains(t, string(body), `mirror_handler_deliveries_total{handler="print",name="pods"} `)
+	assert.Contains(t, string(body), `mirror_workqueue_adds_total{name="nodes"} `, "the controller's queue")
 	assert.Contains(t, string(body), "go_goroutines ")
 
 	cancel()
