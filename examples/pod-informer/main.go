@@ -3,6 +3,11 @@
 //
 //	go run ./examples/pod-informer --kubeconfig ~/.kube/config
 //
+// It is also a small controller, read-only: a reconcile loop fed by the
+// informer keeps each node's number of running Pods and prints a node's
+// line ("node   worker-1  12 running") when that number changes. A Pod
+// just changed is reconciled ahead of the initial list's Pods.
+//
 // It reads the cluster that the kubeconfig's current context names
 // ($KUBECONFIG or ~/.kube/config without the flag; the Pod's service
 // account when run in a cluster), in every namespace or in --namespace,

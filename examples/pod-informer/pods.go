@@ -14,6 +14,8 @@ import (
 	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/adapters/k8s"
 	"github.com/listwatch/mirror/adapters/mirrorprom"
+	"github.com/listwatch/mirror/reconcile"
+	"github.com/listwatch/mirror/workqueue"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -22,21 +24,29 @@ import (
 )
 
 // mirrorPods mirrors the Pods that clientset reaches, printing every change
-// to out, until ctx ends; then it prints how many Pods each namespace has.
+// to out, and runs a controller over them that prints each node's number
+// of running Pods when it changes, until ctx ends; then it prints how many
+// Pods each namespace has. The informer, the controller's handler and its
+// workers share ctx: when it ends the loop stops its workers and removes
+// its handler, the informer stops, and mirrorPods returns once all have.
 func mirrorPods(ctx context.Context, clientset kubernetes.Interface, cfg config, out io.Writer) error {
 	p := &printer{out: out}
 	pods := clientset.CoreV1().Pods(cfg.namespace)
 	// Keyed by namespace and name, indexed by namespace; a relisted Pod
 	// whose resource version did not change is no update, and a Pod
 	// re-created under its name (a new UID) is a delete and an add.
-	opts := k8s.InformerOptions[*corev1.Pod]{Name: "pods"}
+	opts := k8s.InformerOptions[*corev1.Pod]{
+		Name:     "pods",
+		Indexers: mirror.Indexers[*corev1.Pod]{runningOnIndex: indexRunningOn},
+	}
 	var metrics http.Handler
+	var queueOpts workqueue.Options // the controller's queue
 	if cfg.metricsAddr != "" {
 		m, h, err := newMetrics()
 		if err != nil {
 			return err
 		}
-		opts.Metrics, metrics = m, h
+		opts.Metrics, queueOpts.Metrics, metrics = m, m, h
 	}
 	inf := k8s.NewInformer(k8s.New[*corev1.Pod](pods.List, pods.Watch, k8s.Options{LabelSelector: cfg.selector}), opts)
 	reg, err := inf.AddEventHandler(mirror.HandlerFuncs[*corev1.Pod]{
@@ -57,6 +67,13 @@ func mirrorPods(ctx context.Context, clientset kubernetes.Interface, cfg config,
 		},
 	}, mirror.HandlerOptions{Name: "print"})
 	if err != nil {
+		return err
+	}
+	// The controller: a change just made to a Pod is reconciled ahead of
+	// the initial list's and the resyncs' keys (the loop's default
+	// priorities by origin).
+	loop := reconcile.New[k8s.Key](newNodeCounter(inf, p), reconcile.Options{Name: "nodes", Workers: 2, Queue: queueOpts})
+	if _, err := reconcile.Watch(loop, inf, mirror.HandlerOptions{}); err != nil {
 		return err
 	}
 
@@ -81,6 +98,12 @@ func mirrorPods(ctx context.Context, clientset kubernetes.Interface, cfg config,
 	wg.Go(func() {
 		if err := inf.Run(ctx); err != nil {
 			p.printf("informer: %v", err) // only for a second Run
+		}
+	})
+
+	wg.Go(func() {
+		if err := loop.Run(ctx); err != nil {
+			p.printf("controller: %v", err) // the cluster refused the informer for good
 		}
 	})
 

@@ -58,6 +58,9 @@ func (l *lines) until(t *testing.T, re string) string {
 	}
 }
 
+// event matches the lines of the printing handler, not the controller's.
+const event = `^(add|update|delete) `
+
 func pod(ns, name string, phase corev1.PodPhase) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(ns + "-" + name)},
@@ -74,7 +77,7 @@ func TestMirrorPods_PrintsChangesServesMetricsAndStopsCleanly(t *testing.T) {
 		pod("shop", "web-1", corev1.PodRunning), pod("shop", "web-2", corev1.PodRunning), pod("kube-system", "dns", corev1.PodRunning))
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	out := &lines{ch: make(chan string, 100)}
+	out := &lines{ch: make(chan string, 1000)}
 	done := make(chan error, 1)
 	go func() {
 		done <- mirrorPods(ctx, clientset, config{metricsAddr: "127.0.0.1:0"}, out)
@@ -86,12 +89,12 @@ func TestMirrorPods_PrintsChangesServesMetricsAndStopsCleanly(t *testing.T) {
 	pods := clientset.CoreV1().Pods("shop")
 	_, err := pods.Create(ctx, pod("shop", "web-3", corev1.PodPending), metav1.CreateOptions{})
 	require.NoError(t, err)
-	assert.Equal(t, `add    shop/web-3  Pending on "node-1"`, out.next(t))
+	assert.Equal(t, `add    shop/web-3  Pending on "node-1"`, out.until(t, event))
 	_, err = pods.UpdateStatus(ctx, pod("shop", "web-3", corev1.PodRunning), metav1.UpdateOptions{})
 	require.NoError(t, err)
-	assert.Equal(t, `update shop/web-3  Pending -> Running on "node-1"`, out.next(t))
+	assert.Equal(t, `update shop/web-3  Pending -> Running on "node-1"`, out.until(t, event))
 	require.NoError(t, pods.Delete(ctx, "web-1", metav1.DeleteOptions{}))
-	assert.Equal(t, `delete shop/web-1  last Running (observed)`, out.next(t))
+	assert.Equal(t, `delete shop/web-1  last Running (observed)`, out.until(t, event))
 
 	resp, err := http.Get(addr)
 	require.NoError(t, err)
@@ -103,11 +106,12 @@ func TestMirrorPods_PrintsChangesServesMetricsAndStopsCleanly(t *testing.T) {
 	assert.Contains(t, string(body), `mirror_cache_objects{name="pods"} 3`+"\n")
 	assert.Contains(t, string(body), `mirror_lists_total{cause="initial",name="pods"} 1`+"\n")
 	assert.Contains(t, string(body), `mirror_handler_deliveries_total{handler="print",name="pods"} `)
+	assert.Contains(t, string(body), `mirror_workqueue_adds_total{name="nodes"} `, "the controller's queue")
 	assert.Contains(t, string(body), "go_goroutines ")
 
 	cancel()
 	require.NoError(t, <-done)
-	assert.Equal(t, "pods by namespace: [kube-system=1 shop=2]", out.next(t))
+	assert.Equal(t, "pods by namespace: [kube-system=1 shop=2]", out.until(t, "^pods by namespace"))
 }
 
 func TestRun_HelpSucceeds(t *testing.T) {
