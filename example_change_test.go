@@ -6,6 +6,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/memsource"
+	"github.com/listwatch/mirror/reconcile"
 	"github.com/listwatch/mirror/workqueue"
 )
 
@@ -20,18 +21,9 @@ func ExampleChangeFunc() {
 	inf := mirror.NewInformer(src, mirror.InformerOptions[string, service]{KeyFunc: keyFunc})
 
 	q := workqueue.New[string](workqueue.Options{})
-	priority := func(o mirror.Origin) workqueue.Priority {
-		switch o {
-		case mirror.OriginLive:
-			return workqueue.PriorityLive
-		case mirror.OriginResync:
-			return workqueue.PriorityResync
-		}
-		return workqueue.PriorityBackground // initial list, relist
-	}
 	seen := make(chan string)
 	reg, err := inf.AddEventHandler(mirror.ChangeFunc[string, service](func(c mirror.Change[string, service]) {
-		q.AddWithPriority(c.Key, priority(c.Origin))
+		q.AddWithPriority(c.Key, reconcile.DefaultPriority(c.Origin))
 		seen <- fmt.Sprintf("%v %v %s", c.Origin, c.Type, c.Key)
 	}), mirror.HandlerOptions{})
 	if err != nil {

@@ -25,9 +25,7 @@ type Options struct {
 	// Queue configures the loop's queue: aging, per-key backoff, metrics.
 	Queue workqueue.Options
 	// Priority ranks the key of a watched change by the change's origin.
-	// Nil means workqueue.PriorityLive for a live change,
-	// workqueue.PriorityBackground for the initial list and a relist, and
-	// workqueue.PriorityResync for a resync.
+	// Nil means DefaultPriority.
 	Priority func(mirror.Origin) workqueue.Priority
 	// ErrorHandler, if not nil, is called with an *Error[K] for each
 	// failed Reconcile, from the worker, once the key has been let go of.
@@ -74,12 +72,17 @@ func New[K comparable](r Reconciler[K], opts Options) *Loop[K] {
 	}
 	l := &Loop[K]{r: r, opts: opts, priority: opts.Priority, q: workqueue.New[K](opts.Queue)}
 	if l.priority == nil {
-		l.priority = defaultPriority
+		l.priority = DefaultPriority
 	}
 	return l
 }
 
-func defaultPriority(o mirror.Origin) workqueue.Priority {
+// DefaultPriority is the priority a Loop gives the key of a change from
+// origin when Options.Priority is nil: workqueue.PriorityLive for a live
+// change, workqueue.PriorityResync for a resync, and
+// workqueue.PriorityBackground for the initial list and a relist. A
+// handler that feeds a workqueue of its own can use it too.
+func DefaultPriority(o mirror.Origin) workqueue.Priority {
 	switch o {
 	case mirror.OriginLive:
 		return workqueue.PriorityLive
