@@ -32,7 +32,9 @@ var (
 	ErrStarted = errors.New("mirror: already started")
 
 	// ErrStopped is returned by Informer.AddEventHandler once Run's
-	// context has ended: the handler would never be called.
+	// context has ended: the handler would never be called. A wait for a
+	// version (Informer.WaitForVersion) that Run's end cuts short wraps
+	// it.
 	ErrStopped = errors.New("mirror: informer stopped")
 )
 
@@ -107,6 +109,13 @@ type InformerOptions[K comparable, T any] struct {
 	// kinds never end the wait.
 	SyncFailureLimit int
 
+	// CompareVersions, if set, orders the source's versions, for
+	// WaitForVersion and consistent reads (see VersionComparer, which a
+	// source implements instead); it returns an error wrapping
+	// ErrInvalidVersion for a string that is not a version. Nil means the
+	// source's order, if it has one.
+	CompareVersions func(a, b string) (int, error)
+
 	// Checkpoint, if its Path is set, makes the informer keep a
 	// checkpoint of its cache and resume from it (see CheckpointOptions).
 	Checkpoint CheckpointOptions[T]
@@ -166,6 +175,11 @@ type Informer[K comparable, T any] struct {
 	// partial says whether the cache holds part of the change at
 	// appliedRV (in-order queue). Guarded by applyMu.
 	partial partialChange
+	// versions tells waiters the version the cache has applied; the
+	// goroutine applying publishes to it after each batch.
+	versions versionGate
+	// progress shares the progress requests of consistent reads.
+	progress progressAsker
 	// live is set by Run once the cache holds what the handlers are
 	// told of: after the checkpoint, if any, is loaded and handed to the
 	// handlers registered until then. A handler added from then on is
@@ -281,7 +295,11 @@ func (inf *Informer[K, T]) Run(ctx context.Context) error {
 		cp.resume(r, rv)
 	}
 	inf.live = true
+	inf.versions.publish(inf.appliedRV, inf.partial.open)
 	inf.applyMu.Unlock()
+	// Waiters learn that the cache moves no more once everything Run
+	// started has stopped.
+	defer inf.versions.end()
 
 	var im InformerMetrics
 	if inf.opts.Metrics != nil {

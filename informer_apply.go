@@ -75,6 +75,7 @@ func (inf *Informer[K, T]) applyDeltas(batch []QueuedDeltas[K, T]) error {
 	// drained.
 	if v, drained := inf.fifo.drainedVersionLocked(); drained && v != "" {
 		inf.appliedRV = v
+		inf.versions.publish(v, false)
 	}
 	inf.proc.publish()
 	inf.applied += uint64(len(batch))
@@ -118,6 +119,7 @@ func (inf *Informer[K, T]) applyEntries(batch []inOrderEntry[K, T]) {
 		i = inf.applyEntriesFrom(batch, i)
 	}
 	inf.applying = applyCall[K, T]{} // drop the reference to an object
+	inf.versions.publish(inf.appliedRV, inf.partial.open)
 	inf.proc.publish()
 }
 
@@ -470,5 +472,14 @@ func (s fifoSyncWatch[K, T]) Evict(obj T) error { return s.after(s.inf.fifo.Evic
 
 func (s fifoSyncWatch[K, T]) after(err error) error {
 	s.inf.checkFIFOSynced()
+	// A bookmark, or a list that found nothing changed, reaches a queue
+	// with nothing to pop: the cache is at its version all the same.
+	f := s.inf.fifo
+	f.mu.Lock()
+	if v, drained := f.drainedVersionLocked(); drained && v != "" {
+		// No pop is in progress while the lock is held.
+		s.inf.versions.publish(v, false)
+	}
+	f.mu.Unlock()
 	return err
 }

@@ -1,0 +1,244 @@
+package mirror
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// CurrentVersioner is implemented by a ListWatcher that can say cheaply
+// which version it is at, read consistently: a version no older than any
+// change that completed before the call. A consistent read of an informer
+// learns it, then waits for the cache to reach it. etcd answers with a
+// count-only range (one round trip, no keys sent), a kube-apiserver with
+// a list of at most one object, memsource with its revision.
+type CurrentVersioner interface {
+	// CurrentVersion returns the source's current version.
+	CurrentVersion(ctx context.Context) (string, error)
+}
+
+// ProgressRequester is implemented by a ListWatcher that can be asked to
+// confirm its open watches' progress: to send each, soon, a bookmark at
+// the version it has reached, rather than leave it at the version of the
+// last change that concerned it (etcd's progress request). A consistent
+// read asks while it waits, so that a cache whose part of the source is
+// quiet still learns that it is current. The answer arrives as
+// EventBookmark on watches that allow bookmarks.
+type ProgressRequester interface {
+	// RequestProgress asks for bookmarks and returns without waiting for
+	// them; an error says the request could not be sent.
+	RequestProgress(ctx context.Context) error
+}
+
+// ErrNotCurrent is wrapped by the *StaleError of a consistent read whose
+// cache did not reach the source's current version within its bound.
+var ErrNotCurrent = errors.New("mirror: cache not current within the bound")
+
+// DefaultConsistentTimeout is how long a consistent read waits for the
+// cache when ConsistentOptions.Timeout is zero: Kubernetes' figure for
+// consistent reads from its watch cache (KEP-2340).
+const DefaultConsistentTimeout = 3 * time.Second
+
+// DefaultProgressInterval is how often a consistent read that waits asks
+// the source for progress when ConsistentOptions.ProgressInterval is
+// zero, as the kube-apiserver asks etcd.
+const DefaultProgressInterval = 100 * time.Millisecond
+
+// ConsistentOptions bounds a consistent read. The zero value waits up to
+// DefaultConsistentTimeout, asks for progress every
+// DefaultProgressInterval, and returns a *StaleError if the cache is not
+// current by then.
+type ConsistentOptions struct {
+	// Timeout bounds the wait for the cache; zero means
+	// DefaultConsistentTimeout. The caller's context may end it sooner.
+	Timeout time.Duration
+
+	// ProgressInterval is how often, while the read waits, the source is
+	// asked for progress, if it can be (ProgressRequester); the first
+	// request goes out as soon as the read finds the cache behind.
+	// Requests of concurrent reads are shared: the source gets at most
+	// one per interval. Zero means DefaultProgressInterval; a negative
+	// value asks for none.
+	ProgressInterval time.Duration
+
+	// Fallback, if set, makes a read whose cache is not current within
+	// Timeout read the source instead: a list at its current version
+	// (ListOptions.ResourceVersion ""), indexed like the cache. It costs a
+	// full list, so it suits small sources or rare misses. Without it, the
+	// read returns a *StaleError wrapping ErrNotCurrent.
+	Fallback bool
+}
+
+func (o ConsistentOptions) timeout() time.Duration {
+	if o.Timeout > 0 {
+		return o.Timeout
+	}
+	return DefaultConsistentTimeout
+}
+
+func (o ConsistentOptions) progressInterval() time.Duration {
+	if o.ProgressInterval == 0 {
+		return DefaultProgressInterval
+	}
+	return o.ProgressInterval
+}
+
+// Consistent returns a Reader that sees every change the source completed
+// before the call: it learns the source's current version
+// (CurrentVersioner) and waits until the cache has applied it, asking the
+// source for progress meanwhile (ProgressRequester). The Reader is then
+// the informer itself, which only moves forward; with opts.Fallback, it
+// is instead a copy read from the source if the cache did not catch up
+// within opts.Timeout.
+//
+// It never returns stale data without saying so: if the bound passes
+// without Fallback, it returns a *StaleError wrapping ErrNotCurrent; if
+// ctx ends, or the informer stops, a *StaleError wrapping ctx.Err() or
+// ErrStopped. A source without CurrentVersioner, or without an order of
+// its versions (VersionComparer), gets an error wrapping
+// errors.ErrUnsupported; a failure to learn the current version is
+// returned wrapped.
+func (inf *Informer[K, T]) Consistent(ctx context.Context, opts ConsistentOptions) (Reader[K, T], error) {
+	bctx, cancel := context.WithTimeout(ctx, opts.timeout())
+	defer cancel()
+	want, err := inf.currentVersion(bctx)
+	if err == nil {
+		err = inf.waitProgressing(bctx, want, opts.progressInterval())
+	}
+	if err == nil {
+		return inf, nil
+	}
+	err = inf.boundPassed(ctx, err)
+	if !opts.Fallback || !errors.Is(err, ErrNotCurrent) {
+		return nil, err
+	}
+	return inf.readSource(ctx)
+}
+
+// currentVersion asks the source for its current version.
+func (inf *Informer[K, T]) currentVersion(ctx context.Context) (string, error) {
+	cv, ok := inf.lw.(CurrentVersioner)
+	if !ok {
+		return "", fmt.Errorf("mirror: consistent read: source cannot say its current version: %w", errors.ErrUnsupported)
+	}
+	if inf.compareVersions() == nil {
+		return "", fmt.Errorf("mirror: consistent read: source has no version order: %w", errors.ErrUnsupported)
+	}
+	v, err := cv.CurrentVersion(ctx)
+	if err != nil {
+		return "", fmt.Errorf("mirror: consistent read: current version: %w", err)
+	}
+	return v, nil
+}
+
+// boundPassed turns the end of a wait for the bound's sake, not the
+// caller's, into ErrNotCurrent.
+func (inf *Informer[K, T]) boundPassed(ctx context.Context, err error) error {
+	var se *StaleError
+	if ctx.Err() == nil && errors.As(err, &se) && errors.Is(se.Err, context.DeadlineExceeded) {
+		return &StaleError{Want: se.Want, Applied: se.Applied, Err: ErrNotCurrent}
+	}
+	if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+		// The source did not even say its version within the bound.
+		return &StaleError{Err: fmt.Errorf("%w: %w", ErrNotCurrent, err)}
+	}
+	return err
+}
+
+// waitProgressing is WaitForVersion asking the source for progress every
+// interval (never if it is negative) while the cache is behind.
+func (inf *Informer[K, T]) waitProgressing(ctx context.Context, v string, interval time.Duration) error {
+	pr, ok := inf.lw.(ProgressRequester)
+	if !ok || interval < 0 {
+		return inf.WaitForVersion(ctx, v)
+	}
+	if inf.reached(v) {
+		return nil
+	}
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	inf.progress.ask(ctx, pr, interval)
+	return inf.waitForVersion(ctx, v, ticker.C, func() { inf.progress.ask(ctx, pr, interval) })
+}
+
+// reached reports whether the cache has applied v whole, without waiting.
+func (inf *Informer[K, T]) reached(v string) bool {
+	cmp := inf.compareVersions()
+	rv, open, _, _ := inf.versions.state()
+	if cmp == nil || rv == "" {
+		return false
+	}
+	c, err := cmp(rv, v)
+	return err == nil && (c > 0 || c == 0 && !open)
+}
+
+// progressAsker shares progress requests among an informer's concurrent
+// consistent reads: at most one per interval reaches the source.
+type progressAsker struct {
+	last atomic.Int64 // when the last request went out, in Unix nanoseconds
+}
+
+// ask sends a progress request unless one went out less than interval
+// ago. The request's failure is not the read's: the read goes on waiting,
+// bounded, and a later request may succeed.
+func (p *progressAsker) ask(ctx context.Context, pr ProgressRequester, interval time.Duration) {
+	now := time.Now().UnixNano()
+	last := p.last.Load()
+	if now-last < int64(interval) || !p.last.CompareAndSwap(last, now) {
+		return
+	}
+	_ = pr.RequestProgress(ctx)
+}
+
+// readSource lists the source at its current version into an index like
+// the cache's, for a consistent read that falls back. Objects the key or
+// an index function fails on are left out and reported, as the cache
+// leaves them out.
+func (inf *Informer[K, T]) readSource(ctx context.Context) (Reader[K, T], error) {
+	var items []T
+	opts := ListOptions{Limit: inf.opts.ListWatch.PageSize}
+	if opts.Limit <= 0 {
+		opts.Limit = defaultPageSize
+	}
+	for {
+		page, err := inf.lw.List(ctx, opts)
+		if err != nil {
+			return nil, fmt.Errorf("mirror: consistent read from the source: %w", err)
+		}
+		for _, obj := range page.Items {
+			if inf.opts.Transform != nil {
+				var err error
+				if obj, err = transformGuarded(inf.opts.Transform, obj); err != nil {
+					inf.report(err)
+					continue
+				}
+			}
+			items = append(items, obj)
+		}
+		if page.Continue == "" {
+			break
+		}
+		opts.Continue = page.Continue
+	}
+	idx := NewIndexer(inf.opts.KeyFunc, inf.cache.GetIndexers())
+	if err := idx.Replace(items, ""); err != nil {
+		inf.report(err)
+	}
+	return idx, nil
+}
+
+// transformGuarded applies f to obj, returning its failure or panic (a
+// *PanicError) as a transform error naming obj.
+func transformGuarded[T any](f TransformFunc[T], obj T) (out T, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = transformError(obj, panicked(v))
+		}
+	}()
+	if out, err = f(obj); err != nil {
+		err = transformError(obj, err)
+	}
+	return out, err
+}

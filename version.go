@@ -1,0 +1,207 @@
+package mirror
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// ErrInvalidVersion is wrapped by the error for a resource version that a
+// version comparison cannot read.
+var ErrInvalidVersion = errors.New("mirror: invalid resource version")
+
+// VersionComparer is implemented by a ListWatcher whose resource versions
+// are ordered, so that an informer can wait until its cache has applied a
+// given version (Informer.WaitForVersion) and serve consistent reads. The
+// etcd and Kubernetes adapters and memsource implement it. A ListWatcher
+// that wraps another hides it unless it has the method too; an informer
+// can also be given the comparison directly (InformerOptions.CompareVersions).
+type VersionComparer interface {
+	// CompareVersions returns -1 if version a is older than b, 0 if they
+	// are the same version and +1 if a is newer, or an error wrapping
+	// ErrInvalidVersion if either is not a version of this source.
+	CompareVersions(a, b string) (int, error)
+}
+
+// CompareDecimalVersions compares versions that are non-negative decimal
+// integers, as the revisions of etcd and memsource are and as the
+// resource versions of a kube-apiserver backed by etcd are. It returns an
+// error wrapping ErrInvalidVersion for any other string, the empty one
+// included.
+func CompareDecimalVersions(a, b string) (int, error) {
+	x, err := parseDecimalVersion(a)
+	if err != nil {
+		return 0, err
+	}
+	y, err := parseDecimalVersion(b)
+	if err != nil {
+		return 0, err
+	}
+	switch {
+	case x < y:
+		return -1, nil
+	case x > y:
+		return 1, nil
+	}
+	return 0, nil
+}
+
+func parseDecimalVersion(v string) (uint64, error) {
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%w %q: want a decimal revision", ErrInvalidVersion, v)
+	}
+	return n, nil
+}
+
+// versionGate lets readers wait until the cache has applied a version. The
+// goroutine applying the queue publishes the cache's version after each
+// batch; a publication that moves it wakes every waiter, which then
+// compares the new version with its own: there is no polling, and a cache
+// that applies nothing costs its waiters nothing.
+type versionGate struct {
+	mu sync.Mutex
+	// rv is the version the cache has applied, and open whether the
+	// cache holds only part of the change made at rv.
+	rv   string
+	open bool
+	// moved is closed, and set to nil, when the version moves; nil while
+	// nobody waits.
+	moved chan struct{}
+	// ended is set once the informer has stopped: the version moves no
+	// more.
+	ended bool
+}
+
+// publish records that the cache has applied rv (part of its change, if
+// open), and wakes the waiters if that is news.
+func (g *versionGate) publish(rv string, open bool) {
+	if rv == "" {
+		return
+	}
+	g.mu.Lock()
+	if rv != g.rv || open != g.open {
+		g.rv, g.open = rv, open
+		if g.moved != nil {
+			close(g.moved)
+			g.moved = nil
+		}
+	}
+	g.mu.Unlock()
+}
+
+// end records that the informer has stopped and wakes the waiters.
+func (g *versionGate) end() {
+	g.mu.Lock()
+	g.ended = true
+	if g.moved != nil {
+		close(g.moved)
+		g.moved = nil
+	}
+	g.mu.Unlock()
+}
+
+// state returns the applied version, whether its change is partly
+// applied, whether the informer has stopped, and a channel closed when
+// any of that changes.
+func (g *versionGate) state() (rv string, open, ended bool, moved <-chan struct{}) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.ended && g.moved == nil {
+		g.moved = make(chan struct{})
+	}
+	return g.rv, g.open, g.ended, g.moved
+}
+
+// compareVersions returns the informer's way to order versions: the
+// option, else the source's, else nil.
+func (inf *Informer[K, T]) compareVersions() func(a, b string) (int, error) {
+	if f := inf.opts.CompareVersions; f != nil {
+		return f
+	}
+	if c, ok := inf.lw.(VersionComparer); ok {
+		return c.CompareVersions
+	}
+	return nil
+}
+
+// StaleError reports that an informer's cache had not applied a version
+// when a wait for it ended: reading the cache then would have returned
+// data older than the caller asked for.
+type StaleError struct {
+	// Want is the version waited for.
+	Want string
+	// Applied is the version the cache had applied when the wait ended
+	// ("" if none).
+	Applied string
+	// Err says why the wait ended: ErrNotCurrent when a consistent
+	// read's bound passed, the context's error, ErrStopped, or an error
+	// wrapping ErrInvalidVersion.
+	Err error
+}
+
+// Error implements error.
+func (e *StaleError) Error() string {
+	applied := e.Applied
+	if applied == "" {
+		applied = "none"
+	}
+	return fmt.Sprintf("mirror: cache at version %s, not %s: %v", applied, e.Want, e.Err)
+}
+
+// Unwrap returns the reason the wait ended.
+func (e *StaleError) Unwrap() error { return e.Err }
+
+// WaitForVersion blocks until the informer's cache has applied the
+// source's version v whole (every change up to v, all of v's own if the
+// source made several in one step) or a newer one, and returns nil; reads
+// of the cache from then on see every change up to v. It is woken by the
+// apply itself, not by polling.
+//
+// It returns an *StaleError, saying which version the cache had
+// reached, wrapping ctx.Err() if ctx ends first, ErrStopped if the
+// informer's Run returns first, or an error wrapping ErrInvalidVersion if
+// v (or a version the source sent) cannot be compared. Without a way to
+// order versions (InformerOptions.CompareVersions, VersionComparer) it
+// returns an error wrapping errors.ErrUnsupported. It may be called before
+// Run, and is safe for concurrent use.
+func (inf *Informer[K, T]) WaitForVersion(ctx context.Context, v string) error {
+	return inf.waitForVersion(ctx, v, nil, nil)
+}
+
+// waitForVersion is WaitForVersion calling onTick whenever tick fires
+// while it waits.
+func (inf *Informer[K, T]) waitForVersion(ctx context.Context, v string, tick <-chan time.Time, onTick func()) error {
+	cmp := inf.compareVersions()
+	if cmp == nil {
+		return fmt.Errorf("mirror: wait for version %q: source has no version order: %w", v, errors.ErrUnsupported)
+	}
+	if _, err := cmp(v, v); err != nil {
+		return &StaleError{Want: v, Err: err}
+	}
+	for {
+		rv, open, ended, moved := inf.versions.state()
+		if rv != "" {
+			c, err := cmp(rv, v)
+			if err != nil {
+				return &StaleError{Want: v, Applied: rv, Err: err}
+			}
+			if c > 0 || c == 0 && !open {
+				return nil
+			}
+		}
+		if ended {
+			return &StaleError{Want: v, Applied: rv, Err: ErrStopped}
+		}
+		select {
+		case <-moved:
+		case <-tick:
+			onTick()
+		case <-ctx.Done():
+			return &StaleError{Want: v, Applied: rv, Err: ctx.Err()}
+		}
+	}
+}
