@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"runtime/debug"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -168,6 +169,11 @@ type ListWatcher[V any] struct {
 	// RangeStream: ListChunks pages from then on.
 	noStream atomic.Bool
 	stats    stats
+
+	// watching holds the open watches that RequestProgress asks; guarded
+	// by watchMu.
+	watchMu  sync.Mutex
+	watching map[*watcher[V]]struct{}
 }
 
 // New returns a ListWatcher of the raw values under prefix, read through c.

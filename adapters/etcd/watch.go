@@ -112,6 +112,7 @@ func (lw *ListWatcher[V]) Watch(ctx context.Context, opts mirror.WatchOptions) (
 		// Silence counts from etcd's acceptance of the watch.
 		w.ticker = time.NewTimer(w.step)
 	}
+	lw.track(w)
 	return w, nil
 }
 
@@ -189,6 +190,10 @@ type watcher[V any] struct {
 	clientCtx    context.Context
 	clientCancel context.CancelFunc
 	teardownOnce sync.Once
+
+	// untracked is set once teardown has begun: RequestProgress no longer
+	// asks the watch. Guarded by lw.watchMu.
+	untracked bool
 
 	// stopped is set by Stop, which may run on any goroutine.
 	stopped atomic.Bool
@@ -406,6 +411,7 @@ func (w *watcher[V]) release() {
 // release, whichever comes first; later calls wait until it has run.
 func (w *watcher[V]) teardown() {
 	w.teardownOnce.Do(func() {
+		w.lw.untrack(w)
 		w.stopProber()
 		w.clientCancel()
 	})
