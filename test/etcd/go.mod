@@ -3,6 +3,7 @@ module github.com/listwatch/mirror/test/etcd
 go 1.26.0
 
 require (
+	github.com/anishathalye/porcupine v1.3.1
 	github.com/listwatch/mirror v0.1.0
 	github.com/listwatch/mirror/adapters/etcd v0.1.0
 	github.com/listwatch/mirror/adapters/mirrorprom v0.1.0
