@@ -180,6 +180,9 @@ type Informer[K comparable, T any] struct {
 	versions versionGate
 	// progress shares the progress requests of consistent reads.
 	progress progressAsker
+	// writes are the program's writes the cache has yet to apply
+	// (RecordWrite).
+	writes writeLog[K]
 	// live is set by Run once the cache holds what the handlers are
 	// told of: after the checkpoint, if any, is loaded and handed to the
 	// handlers registered until then. A handler added from then on is
