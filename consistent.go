@@ -58,9 +58,10 @@ type ConsistentOptions struct {
 	// ProgressInterval is how often, while the read waits, the source is
 	// asked for progress, if it can be (ProgressRequester); the first
 	// request goes out as soon as the read finds the cache behind.
-	// Requests of concurrent reads are shared: the source gets at most
-	// one per interval. Zero means DefaultProgressInterval; a negative
-	// value asks for none.
+	// Requests of concurrent reads are shared: a read sends none if
+	// another sent one after it learned the version it waits for, and
+	// less than an interval ago. Zero means DefaultProgressInterval; a
+	// negative value asks for none.
 	ProgressInterval time.Duration
 
 	// Fallback, if set, makes a read whose cache is not current within
@@ -157,10 +158,11 @@ func (inf *Informer[K, T]) waitProgressing(ctx context.Context, v string, interv
 	if inf.reached(v) {
 		return nil
 	}
+	since := time.Now() // after v was learned
 	ticker := time.NewTicker(interval)
 	defer ticker.Stop()
-	inf.progress.ask(ctx, pr, interval)
-	return inf.waitForVersion(ctx, v, ticker.C, func() { inf.progress.ask(ctx, pr, interval) })
+	inf.progress.ask(ctx, pr, since, interval)
+	return inf.waitForVersion(ctx, v, ticker.C, func() { inf.progress.ask(ctx, pr, since, interval) })
 }
 
 // reached reports whether the cache has applied v whole, without waiting.
@@ -175,19 +177,25 @@ func (inf *Informer[K, T]) reached(v string) bool {
 }
 
 // progressAsker shares progress requests among an informer's concurrent
-// consistent reads: at most one per interval reaches the source.
+// consistent reads. A read needs a request sent after it learned the
+// version it waits for, since only such a request's answer can bring
+// that version, and then one per interval in case the source dropped it;
+// a request that another read sent since serves it as well.
 type progressAsker struct {
 	last atomic.Int64 // when the last request went out, in Unix nanoseconds
 }
 
-// ask sends a progress request unless one went out less than interval
-// ago. The request's failure is not the read's: the read goes on waiting,
-// bounded, and a later request may succeed.
-func (p *progressAsker) ask(ctx context.Context, pr ProgressRequester, interval time.Duration) {
+// ask sends a progress request unless one went out at or after since and
+// less than interval ago. The request's failure is not the read's: the
+// read goes on waiting, bounded, and a later request may succeed.
+func (p *progressAsker) ask(ctx context.Context, pr ProgressRequester, since time.Time, interval time.Duration) {
 	now := time.Now().UnixNano()
 	last := p.last.Load()
-	if now-last < int64(interval) || !p.last.CompareAndSwap(last, now) {
+	if last >= since.UnixNano() && now-last < int64(interval) {
 		return
+	}
+	if !p.last.CompareAndSwap(last, now) {
+		return // another read sent one just now, after since
 	}
 	_ = pr.RequestProgress(ctx)
 }
