@@ -102,7 +102,13 @@ func run(ctx context.Context, out io.Writer) error {
 		return interrupted(err)
 	}
 
-	names := inf.ListKeys()
+	// A consistent read: every change the catalog made before it is in
+	// what it returns, whether or not the handlers have heard of it yet.
+	r, err := inf.Consistent(ctx, mirror.ConsistentOptions{})
+	if err != nil {
+		return interrupted(err)
+	}
+	names := r.ListKeys()
 	slices.Sort(names)
 	fmt.Fprintln(out, "mirrored at revision", inf.Freshness().ResourceVersion+":", names)
 	return nil
