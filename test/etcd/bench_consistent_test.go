@@ -24,7 +24,7 @@ import (
 // write=prefix writes the key the mirror watches: its event brings the
 // revision. write=elsewhere writes outside the mirror's prefix and reads
 // a key of it: the mirror hears nothing, and only a progress request tells
-// it that it is current; progress=off shows that without them the mirror
+// it that it is current; impl=mirror-noprogress shows that without them the mirror
 // learns it only from the adapter's own silence probe (a progress request
 // after 5 s of silence) or etcd's periodic notification (every 10
 // minutes): that row runs with a 100 ms bound, and stale-errors/op counts
@@ -57,7 +57,7 @@ func BenchmarkConsistentRead(b *testing.B) {
 			target = other
 		}
 		b.Run("write="+write, func(b *testing.B) {
-			b.Run("impl=mirror/progress=on", func(b *testing.B) {
+			b.Run("impl=mirror", func(b *testing.B) {
 				benchReadAfterWrite(b, c, target, func(ctx context.Context) (bool, error) {
 					r, err := inf.Consistent(ctx, mirror.ConsistentOptions{})
 					if err != nil {
@@ -67,7 +67,7 @@ func BenchmarkConsistentRead(b *testing.B) {
 					return ok, nil
 				})
 			})
-			b.Run("impl=mirror/progress=off", func(b *testing.B) {
+			b.Run("impl=mirror-noprogress", func(b *testing.B) {
 				opts := mirror.ConsistentOptions{ProgressInterval: -1}
 				if write == "elsewhere" {
 					// Each read would wait out a 3 s bound.
