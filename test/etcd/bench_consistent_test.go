@@ -19,7 +19,10 @@ import (
 // read's. impl=mirror reads through Informer.Consistent (learn etcd's
 // revision, wait for the mirror to apply it, then GetByKey); impl=raw-get
 // is a linearizable clientv3 Get of the key, what a program without a
-// mirror does. The etcd server runs in its own process.
+// mirror does; impl=mirror-afterwrite, for the key written, records the
+// Put's revision (Informer.RecordWrite) and reads with GetAfterWrite,
+// which waits for that revision without asking etcd anything. The etcd
+// server runs in its own process.
 //
 // write=prefix writes the key the mirror watches: its event brings the
 // revision. write=elsewhere writes outside the mirror's prefix and reads
@@ -58,7 +61,7 @@ func BenchmarkConsistentRead(b *testing.B) {
 		}
 		b.Run("write="+write, func(b *testing.B) {
 			b.Run("impl=mirror", func(b *testing.B) {
-				benchReadAfterWrite(b, c, target, func(ctx context.Context) (bool, error) {
+				benchReadAfterWrite(b, c, target, func(ctx context.Context, _ int64) (bool, error) {
 					r, err := inf.Consistent(ctx, mirror.ConsistentOptions{})
 					if err != nil {
 						return false, err
@@ -73,7 +76,7 @@ func BenchmarkConsistentRead(b *testing.B) {
 					// Each read would wait out a 3 s bound.
 					opts.Timeout = 100 * time.Millisecond
 				}
-				benchReadAfterWrite(b, c, target, func(ctx context.Context) (bool, error) {
+				benchReadAfterWrite(b, c, target, func(ctx context.Context, _ int64) (bool, error) {
 					r, err := inf.Consistent(ctx, opts)
 					if err != nil {
 						return false, err
@@ -82,8 +85,19 @@ func BenchmarkConsistentRead(b *testing.B) {
 					return ok, nil
 				})
 			})
+			if write == "prefix" {
+				b.Run("impl=mirror-afterwrite", func(b *testing.B) {
+					benchReadAfterWrite(b, c, target, func(ctx context.Context, written int64) (bool, error) {
+						if err := inf.RecordWrite(key, strconv.FormatInt(written, 10)); err != nil {
+							return false, err
+						}
+						_, ok, err := inf.GetAfterWrite(ctx, key, mirror.ConsistentOptions{})
+						return ok, err
+					})
+				})
+			}
 			b.Run("impl=raw-get", func(b *testing.B) {
-				benchReadAfterWrite(b, c, target, func(ctx context.Context) (bool, error) {
+				benchReadAfterWrite(b, c, target, func(ctx context.Context, _ int64) (bool, error) {
 					resp, err := c.Get(ctx, key)
 					if err != nil {
 						return false, err
@@ -96,19 +110,20 @@ func BenchmarkConsistentRead(b *testing.B) {
 }
 
 // benchReadAfterWrite times read after each Put of target, b.N times.
-func benchReadAfterWrite(b *testing.B, c *clientv3.Client, target string, read func(context.Context) (bool, error)) {
+func benchReadAfterWrite(b *testing.B, c *clientv3.Client, target string, read func(ctx context.Context, written int64) (bool, error)) {
 	ctx := b.Context()
 	lat := make([]time.Duration, 0, b.N)
 	var stale int
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
-		if _, err := c.Put(ctx, target, strconv.Itoa(i)); err != nil {
+		resp, err := c.Put(ctx, target, strconv.Itoa(i))
+		if err != nil {
 			b.Fatal(err)
 		}
 		i++
 		start := time.Now()
-		ok, err := read(ctx)
+		ok, err := read(ctx, resp.Header.Revision)
 		lat = append(lat, time.Since(start))
 		switch {
 		case err != nil && ctx.Err() == nil && isNotCurrent(err):
