@@ -168,7 +168,7 @@ func (inf *Informer[K, T]) waitProgressing(ctx context.Context, v string, interv
 // reached reports whether the cache has applied v whole, without waiting.
 func (inf *Informer[K, T]) reached(v string) bool {
 	cmp := inf.compareVersions()
-	rv, open, _, _ := inf.versions.state()
+	rv, open := inf.versions.current()
 	if cmp == nil || rv == "" {
 		return false
 	}

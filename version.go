@@ -116,6 +116,14 @@ func (g *versionGate) state() (rv string, open, ended bool, moved <-chan struct{
 	return g.rv, g.open, g.ended, g.moved
 }
 
+// current returns the applied version and whether its change is partly
+// applied, without arranging to be woken.
+func (g *versionGate) current() (rv string, open bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.rv, g.open
+}
+
 // compareVersions returns the informer's way to order versions: the
 // option, else the source's, else nil.
 func (inf *Informer[K, T]) compareVersions() func(a, b string) (int, error) {
