@@ -37,7 +37,8 @@ func classify(ctx context.Context, err error) error {
 	case errors.Is(err, natsgo.ErrConnectionClosed), errors.Is(err, natsgo.ErrConnectionDraining),
 		errors.Is(err, natsgo.ErrDisconnected), errors.Is(err, natsgo.ErrTimeout),
 		errors.Is(err, natsgo.ErrNoResponders), errors.Is(err, jetstream.ErrNoStreamResponse),
-		errors.Is(err, errWatchClosed), errors.Is(err, errNoProgress):
+		errors.Is(err, errWatchClosed), errors.Is(err, errNoProgress),
+		errors.Is(err, errDisconnected), errors.Is(err, errNoAnswer):
 		// The server is down or unreachable, or JetStream has no leader
 		// for the bucket yet: all pass once the server is back.
 		return mirror.ErrUnavailable

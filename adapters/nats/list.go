@@ -54,12 +54,17 @@ func (lw *ListWatcher[V]) List(ctx context.Context, opts mirror.ListOptions) (mi
 	}
 	rev := state.LastSeq
 
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	// The client's watcher lives as long as the context it is started
-	// with, and bounds its start by the client's own request timeout.
+	// with: the guard ends it if the connection goes down.
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stopGuard := lw.guard(0, cancel)
+	defer stopGuard()
 	w, err := kv.WatchAll(wctx)
 	if err != nil {
+		if cause := context.Cause(wctx); cause != nil && ctx.Err() == nil {
+			err = cause
+		}
 		return res, wrapError(ctx, err, "nats: list bucket %q", lw.bucket)
 	}
 	defer func() { _ = w.Stop() }()
@@ -85,7 +90,11 @@ func (lw *ListWatcher[V]) List(ctx context.Context, opts mirror.ListOptions) (mi
 		select {
 		case e, ok := <-w.Updates():
 			if !ok {
-				return res, wrapError(ctx, errWatchClosed, "nats: list bucket %q", lw.bucket)
+				err := errWatchClosed
+				if cause := context.Cause(wctx); cause != nil && ctx.Err() == nil {
+					err = cause
+				}
+				return res, wrapError(ctx, err, "nats: list bucket %q", lw.bucket)
 			}
 			if e == nil {
 				done = true

@@ -118,7 +118,7 @@ func TestWatch_DeliversEveryRevisionAfterTheListInOrder(t *testing.T) {
 	ctx := testContext(t)
 	srv := startServer(t)
 	_, js := connect(t, srv.url())
-	kv := newBucket(t, js, jetstream.KeyValueConfig{})
+	kv := newBucket(t, js, jetstream.KeyValueConfig{History: 5})
 	put(t, kv, "a", "1")
 	lw := natsmirror.New(js, "mirror", natsmirror.Options{})
 	res, err := lw.List(ctx, mirror.ListOptions{})

@@ -149,29 +149,33 @@ func (lw *ListWatcher[V]) handles(ctx context.Context) (jetstream.KeyValue, jets
 	if lw.kv != nil {
 		return lw.kv, lw.stream, nil
 	}
-	rctx, cancel := lw.requestContext(ctx)
-	defer cancel()
-	kv, err := lw.js.KeyValue(rctx, lw.bucket)
-	if err != nil {
-		return nil, nil, err
-	}
-	stream, err := lw.js.Stream(rctx, "KV_"+lw.bucket)
-	if err != nil {
-		return nil, nil, err
-	}
-	lw.kv, lw.stream = kv, stream
-	return kv, stream, nil
+	err := lw.request(ctx, func(ctx context.Context) error {
+		kv, err := lw.js.KeyValue(ctx, lw.bucket)
+		if err != nil {
+			return err
+		}
+		stream, err := lw.js.Stream(ctx, "KV_"+lw.bucket)
+		if err != nil {
+			return err
+		}
+		lw.kv, lw.stream = kv, stream
+		return nil
+	})
+	return lw.kv, lw.stream, err
 }
 
-// lastSeq reads the bucket's stream state: its first and last revisions.
+// streamState reads the bucket's stream state: its first and last
+// revisions.
 func (lw *ListWatcher[V]) streamState(ctx context.Context, stream jetstream.Stream) (jetstream.StreamState, error) {
-	rctx, cancel := lw.requestContext(ctx)
-	defer cancel()
-	info, err := stream.Info(rctx)
-	if err != nil {
-		return jetstream.StreamState{}, err
-	}
-	return info.State, nil
+	var state jetstream.StreamState
+	err := lw.request(ctx, func(ctx context.Context) error {
+		info, err := stream.Info(ctx)
+		if err == nil {
+			state = info.State
+		}
+		return err
+	})
+	return state, err
 }
 
 // object turns a put into an Object, decoding its value with the caller's
@@ -200,14 +204,6 @@ func objectError(e jetstream.KeyValueEntry, err error) error {
 // function that recovered must call it, so that the stack shows the panic.
 func decodePanic(v any) error {
 	return fmt.Errorf("nats: decode: %w", &mirror.PanicError{Value: v, Stack: debug.Stack()})
-}
-
-// requestContext bounds one request by Options.RequestTimeout.
-func (lw *ListWatcher[V]) requestContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	if d := lw.opts.requestTimeout(); d > 0 {
-		return context.WithTimeout(ctx, d)
-	}
-	return ctx, func() {}
 }
 
 func formatRev(rev uint64) string { return strconv.FormatUint(rev, 10) }

@@ -17,7 +17,6 @@ var (
 	errStopped      = errors.New("watch stopped")
 	errWatchTimeout = errors.New("watch timeout reached")
 	errWatchClosed  = errors.New("the client closed the bucket's watcher")
-	errDisconnected = errors.New("connection to the server lost")
 )
 
 // Watch starts a watch of the bucket from the revision after
@@ -95,16 +94,18 @@ func (lw *ListWatcher[V]) Watch(ctx context.Context, opts mirror.WatchOptions) (
 	if nc := lw.js.Conn(); nc != nil {
 		w.conn = nc
 		w.status = nc.StatusChanged(natsgo.RECONNECTING, natsgo.DISCONNECTED, natsgo.CLOSED)
-		if s := nc.Status(); s != natsgo.CONNECTED {
-			w.release()
-			return nil, fmt.Errorf("nats: watch bucket %q from rev %d: connection %v: %w",
-				lw.bucket, after+1, s, mirror.ErrUnavailable)
-		}
 	}
 	// The client's watcher lives as long as the context it is started
-	// with, and bounds its start by the client's own request timeout.
+	// with: its start is guarded apart.
 	lw.stats.watches.Add(1)
+	stopGuard := lw.guard(lw.opts.requestTimeout(), w.stop)
 	kw, err := kv.WatchAll(w.ctx, jetstream.IncludeHistory(), jetstream.ResumeFromRevision(after+1))
+	if cause := stopGuard(); cause != nil {
+		if err == nil {
+			_ = kw.Stop()
+		}
+		err = cause
+	}
 	if err != nil {
 		w.release()
 		return nil, wrapError(ctx, err, "nats: watch bucket %q from rev %d", lw.bucket, after+1)
