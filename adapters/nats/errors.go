@@ -28,13 +28,17 @@ func classify(ctx context.Context, err error) error {
 		// someone changing the server's accounts or the client's
 		// configuration cures that.
 		return mirror.ErrPermanent
+	case errors.Is(err, errClosed), errors.Is(err, natsgo.ErrConnectionClosed):
+		// A closed connection never reconnects: the client must be
+		// made again.
+		return mirror.ErrPermanent
 	case errors.Is(err, jetstream.ErrBucketNotFound), errors.Is(err, jetstream.ErrStreamNotFound),
 		errors.Is(err, jetstream.ErrJetStreamNotEnabled), errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount):
 		// What is mirrored does not exist.
 		return mirror.ErrPermanent
 	case errors.As(err, &apiErr) && (apiErr.Code == 401 || apiErr.Code == 403):
 		return mirror.ErrPermanent
-	case errors.Is(err, natsgo.ErrConnectionClosed), errors.Is(err, natsgo.ErrConnectionDraining),
+	case errors.Is(err, natsgo.ErrConnectionDraining),
 		errors.Is(err, natsgo.ErrDisconnected), errors.Is(err, natsgo.ErrTimeout),
 		errors.Is(err, natsgo.ErrNoResponders), errors.Is(err, jetstream.ErrNoStreamResponse),
 		errors.Is(err, errWatchClosed), errors.Is(err, errNoProgress),

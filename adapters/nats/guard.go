@@ -12,7 +12,21 @@ import (
 var (
 	errDisconnected = errors.New("connection to the server lost")
 	errNoAnswer     = errors.New("no answer in time")
+	errClosed       = errors.New("connection closed for good")
 )
+
+// lost is the cause of a watch or request that saw the connection in
+// status s: errClosed, with the client's last error (refused credentials,
+// say), for a connection closed for good; errDisconnected otherwise.
+func lost(nc *natsgo.Conn, s natsgo.Status) error {
+	if s == natsgo.CLOSED {
+		if last := nc.LastError(); last != nil {
+			return fmt.Errorf("%w: %w", errClosed, last)
+		}
+		return errClosed
+	}
+	return fmt.Errorf("%w (connection %v)", errDisconnected, s)
+}
 
 // guard calls fail, once, with the cause, if the client's connection is
 // not up or goes down, or if timeout passes (none if it is not positive),
@@ -20,7 +34,8 @@ var (
 // or the start of a watcher when its connection goes down: it waits for an
 // answer that cannot come until the timeout, and a request made while it
 // reconnects waits in its buffer. stop returns the cause fail was called
-// with, if any, and returns once the guard is gone.
+// with, if any, and returns once the guard is gone. A timeout whose
+// request the server refused as a permissions violation says so.
 func (lw *ListWatcher[V]) guard(timeout time.Duration, fail func(cause error)) (stop func() error) {
 	nc := lw.js.Conn()
 	var status chan natsgo.Status
@@ -39,7 +54,7 @@ func (lw *ListWatcher[V]) guard(timeout time.Duration, fail func(cause error)) (
 		defer close(gone)
 		if nc != nil {
 			if s := nc.Status(); s != natsgo.CONNECTED {
-				cause = fmt.Errorf("%w (connection %v)", errDisconnected, s)
+				cause = lost(nc, s)
 				fail(cause)
 				return
 			}
@@ -47,11 +62,19 @@ func (lw *ListWatcher[V]) guard(timeout time.Duration, fail func(cause error)) (
 		select {
 		case s, ok := <-status:
 			if ok {
-				cause = fmt.Errorf("%w (connection %v)", errDisconnected, s)
+				cause = lost(nc, s)
 				fail(cause)
 			}
 		case <-expired:
 			cause = fmt.Errorf("%w: %v", errNoAnswer, timeout)
+			if nc != nil {
+				// The server drops a request the user may not send,
+				// and tells the client apart, which keeps it as its
+				// last error.
+				if last := nc.LastError(); errors.Is(last, natsgo.ErrPermissionViolation) {
+					cause = fmt.Errorf("%w: %w", cause, last)
+				}
+			}
 			fail(cause)
 		case <-done:
 		}

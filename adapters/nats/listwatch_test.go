@@ -326,3 +326,19 @@ func TestListWatch_MissingBucketIsPermanent(t *testing.T) {
 	require.ErrorIs(t, err, mirror.ErrPermanent)
 	assert.False(t, errors.Is(err, mirror.ErrUnavailable))
 }
+
+func TestListWatch_ClosedConnectionIsPermanent(t *testing.T) {
+	ctx := testContext(t)
+	srv := startServer(t)
+	nc, js := connect(t, srv.url())
+	newBucket(t, js, jetstream.KeyValueConfig{})
+	lw := natsmirror.New(js, "mirror", natsmirror.Options{})
+	w, err := lw.Watch(ctx, mirror.WatchOptions{})
+	require.NoError(t, err)
+	defer w.Stop()
+	nc.Close()
+	_, err = w.Next(ctx)
+	require.ErrorIs(t, err, mirror.ErrPermanent)
+	_, err = lw.List(ctx, mirror.ListOptions{})
+	require.ErrorIs(t, err, mirror.ErrPermanent)
+}

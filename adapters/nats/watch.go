@@ -182,7 +182,7 @@ func (w *watcher[V]) Next(ctx context.Context) (mirror.Event[Object[V]], error) 
 				// Torn down: the watch has ended.
 				return zero, w.fail(w.endError())
 			}
-			return zero, w.fail(fmt.Errorf("%s: %w (%v): %w", w.name(), errDisconnected, s, mirror.ErrUnavailable))
+			return zero, w.fail(wrapError(ctx, lost(w.conn, s), "%s", w.name()))
 		case <-w.ctx.Done():
 			return zero, w.fail(w.endError())
 		case <-ctx.Done():
