@@ -44,9 +44,12 @@ var (
 // created again starts its revisions afresh). The loss of the connection
 // to the server ends it with mirror.ErrUnavailable; the Reflector then
 // watches again from the last revision it saw. opts.Timeout, if positive,
-// ends it with io.EOF. opts.AllowBookmarks is ignored: every revision of
-// the bucket is an event. opts.SendInitialEvents is not supported: Watch
-// then returns an error wrapping errors.ErrUnsupported.
+// ends it with io.EOF. With opts.AllowBookmarks, the watch sends one
+// EventBookmark once it has delivered every revision the bucket held when
+// it started, carrying the last revision it delivered (or the one it
+// started after): the mirror is then known to be current.
+// opts.SendInitialEvents is not supported: Watch then returns an error
+// wrapping errors.ErrUnsupported.
 func (lw *ListWatcher[V]) Watch(ctx context.Context, opts mirror.WatchOptions) (mirror.Watcher[Object[V]], error) {
 	if opts.SendInitialEvents {
 		return nil, fmt.Errorf("nats: watch bucket %q: streaming list: %w", lw.bucket, errors.ErrUnsupported)
@@ -81,7 +84,7 @@ func (lw *ListWatcher[V]) Watch(ctx context.Context, opts mirror.WatchOptions) (
 			lw.bucket, after+1, state.FirstSeq, mirror.ErrExpired)
 	}
 
-	w := &watcher[V]{lw: lw, next: after + 1, from: after + 1}
+	w := &watcher[V]{lw: lw, next: after + 1, from: after + 1, bookmarks: opts.AllowBookmarks}
 	wctx, stop := context.WithCancelCause(ctx)
 	w.ctx, w.stop = wctx, stop
 	if opts.Timeout > 0 {
@@ -137,6 +140,8 @@ type watcher[V any] struct {
 	// from is the first revision asked for; next is the revision the
 	// next entry must have.
 	from, next uint64
+	// bookmarks is set if the caller allows bookmarks.
+	bookmarks bool
 	// err, once set, is what every later Next returns.
 	err error
 }
@@ -161,7 +166,11 @@ func (w *watcher[V]) Next(ctx context.Context) (mirror.Event[Object[V]], error) 
 				return zero, w.fail(wrapError(ctx, errWatchClosed, "%s", w.name()))
 			}
 			if e == nil {
-				// The end of the initial values: nothing to report.
+				// The client's marker that the watch has delivered
+				// every revision the bucket held when it started.
+				if w.bookmarks {
+					return mirror.Event[Object[V]]{Type: mirror.EventBookmark, ResourceVersion: formatRev(w.next - 1)}, nil
+				}
 				continue
 			}
 			rev := e.Revision()

@@ -8,6 +8,7 @@ package nats_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,6 +18,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
+
+// quiet is the benchmarks' informers' logger.
+var quiet = slog.New(slog.DiscardHandler)
 
 // benchValue is every benchmark key's value: 100 bytes.
 var benchValue = make([]byte, 100)
@@ -43,7 +47,7 @@ func fill(js jetstream.JetStream, bucket string, from, n int, key func(int) stri
 		if _, err := js.PublishAsync("$KV."+bucket+"."+key(i), benchValue); err != nil {
 			return err
 		}
-		if i%4096 == 4095 {
+		if i%1024 == 1023 {
 			<-js.PublishAsyncComplete()
 		}
 	}
@@ -98,7 +102,7 @@ func BenchmarkNATSInitialSync(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				lw := natsmirror.New(js, bucket, natsmirror.Options{})
-				inf := natsmirror.NewInformer(lw, natsmirror.InformerOptions[[]byte]{})
+				inf := natsmirror.NewInformer(lw, natsmirror.InformerOptions[[]byte]{Logger: quiet})
 				ictx, cancel := context.WithCancel(ctx)
 				done := make(chan error, 1)
 				go func() { done <- inf.Run(ictx) }()
@@ -137,14 +141,18 @@ func BenchmarkNATSWatch(b *testing.B) {
 	}
 	key := func(i int) string { return fmt.Sprintf("key.%05d", i%watchKeys) }
 	next := 0 // the next key to write, across runs
-	publish := func(b *testing.B, n int) {
+	// publish writes n puts, and returns a channel that has the error
+	// that stopped it, if any.
+	publish := func(n int) <-chan error {
 		from := next
 		next += n
+		failed := make(chan error, 1)
 		go func() {
 			if err := fill(writer, "watch", from, n, key); err != nil {
-				b.Error(err)
+				failed <- err
 			}
 		}()
+		return failed
 	}
 
 	b.Run("impl=raw", func(b *testing.B) {
@@ -156,13 +164,15 @@ func BenchmarkNATSWatch(b *testing.B) {
 		defer func() { _ = w.Stop() }()
 		seen := 0
 		b.ResetTimer()
-		publish(b, b.N)
-		for e := range w.Updates() {
-			if e == nil {
-				continue
-			}
-			if seen++; seen == b.N {
-				break
+		failed := publish(b.N)
+		for seen < b.N {
+			select {
+			case e := <-w.Updates():
+				if e != nil {
+					seen++
+				}
+			case err := <-failed:
+				b.Fatal(err)
 			}
 		}
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
@@ -170,7 +180,7 @@ func BenchmarkNATSWatch(b *testing.B) {
 	b.Run("impl=mirror", func(b *testing.B) {
 		b.ReportAllocs()
 		lw := natsmirror.New(js, "watch", natsmirror.Options{})
-		inf := natsmirror.NewInformer(lw, natsmirror.InformerOptions[[]byte]{})
+		inf := natsmirror.NewInformer(lw, natsmirror.InformerOptions[[]byte]{Logger: quiet})
 		var seen atomic.Int64
 		target := int64(b.N)
 		all := make(chan struct{})
@@ -197,8 +207,11 @@ func BenchmarkNATSWatch(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.ResetTimer()
-		publish(b, b.N)
-		<-all
+		select {
+		case <-all:
+		case err := <-publish(b.N):
+			b.Fatal(err)
+		}
 		b.StopTimer()
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
 		if st := lw.Stats(); st.Lists != 1 || st.Expired != 0 {

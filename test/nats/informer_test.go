@@ -68,12 +68,6 @@ func (r *recorder) since(key string, n int) []string {
 	return slices.Clone(r.notes[key][n:])
 }
 
-func (r *recorder) count(key string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.notes[key])
-}
-
 func (r *recorder) snapshot() map[string]string {
 	r.mu.Lock()
 	defer r.mu.Unlock()

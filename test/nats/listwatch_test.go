@@ -342,3 +342,22 @@ func TestListWatch_ClosedConnectionIsPermanent(t *testing.T) {
 	_, err = lw.List(ctx, mirror.ListOptions{})
 	require.ErrorIs(t, err, mirror.ErrPermanent)
 }
+
+func TestWatch_BookmarksOnceCaughtUpWhenAllowed(t *testing.T) {
+	ctx := testContext(t)
+	srv := startServer(t)
+	_, js := connect(t, srv.url())
+	kv := newBucket(t, js, jetstream.KeyValueConfig{History: 5})
+	put(t, kv, "a", "1")
+	put(t, kv, "a", "2")
+	put(t, kv, "b", "1")
+	lw := natsmirror.New(js, "mirror", natsmirror.Options{})
+	w, err := lw.Watch(ctx, mirror.WatchOptions{ResourceVersion: "1", AllowBookmarks: true})
+	require.NoError(t, err)
+	defer w.Stop()
+	assert.Equal(t, "2", next(t, w).ResourceVersion)
+	assert.Equal(t, "3", next(t, w).ResourceVersion)
+	assert.Equal(t, mirror.Event[natsmirror.KV]{Type: mirror.EventBookmark, ResourceVersion: "3"}, next(t, w))
+	put(t, kv, "c", "1")
+	assert.Equal(t, "4", next(t, w).ResourceVersion)
+}
