@@ -79,6 +79,7 @@ func BenchmarkNATSInitialSync(b *testing.B) {
 
 		b.Run(size+"/impl=raw", func(b *testing.B) {
 			b.ReportAllocs()
+			cpu := processCPU()
 			for b.Loop() {
 				w, err := kv.WatchAll(ctx)
 				if err != nil {
@@ -97,9 +98,11 @@ func BenchmarkNATSInitialSync(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "keys/s")
+			b.ReportMetric(float64(processCPU()-cpu)/float64(time.Microsecond)/float64(n*b.N), "cpu-µs/key")
 		})
 		b.Run(size+"/impl=mirror", func(b *testing.B) {
 			b.ReportAllocs()
+			cpu := processCPU()
 			for b.Loop() {
 				lw := natsmirror.New(js, bucket, natsmirror.Options{})
 				inf := natsmirror.NewInformer(lw, natsmirror.InformerOptions[[]byte]{Logger: quiet})
@@ -118,6 +121,7 @@ func BenchmarkNATSInitialSync(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "keys/s")
+			b.ReportMetric(float64(processCPU()-cpu)/float64(time.Microsecond)/float64(n*b.N), "cpu-µs/key")
 		})
 	}
 }
@@ -164,6 +168,7 @@ func BenchmarkNATSWatch(b *testing.B) {
 		defer func() { _ = w.Stop() }()
 		seen := 0
 		b.ResetTimer()
+		cpu := processCPU()
 		failed := publish(b.N)
 		for seen < b.N {
 			select {
@@ -176,6 +181,7 @@ func BenchmarkNATSWatch(b *testing.B) {
 			}
 		}
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+		b.ReportMetric(float64(processCPU()-cpu)/float64(time.Microsecond)/float64(b.N), "cpu-µs/event")
 	})
 	b.Run("impl=mirror", func(b *testing.B) {
 		b.ReportAllocs()
@@ -207,6 +213,7 @@ func BenchmarkNATSWatch(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.ResetTimer()
+		cpu := processCPU()
 		select {
 		case <-all:
 		case err := <-publish(b.N):
@@ -214,6 +221,7 @@ func BenchmarkNATSWatch(b *testing.B) {
 		}
 		b.StopTimer()
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "events/s")
+		b.ReportMetric(float64(processCPU()-cpu)/float64(time.Microsecond)/float64(b.N), "cpu-µs/event")
 		if st := lw.Stats(); st.Lists != 1 || st.Expired != 0 {
 			b.Fatalf("the mirror relisted: %+v", st)
 		}
