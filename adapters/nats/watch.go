@@ -99,10 +99,12 @@ func (lw *ListWatcher[V]) Watch(ctx context.Context, opts mirror.WatchOptions) (
 		w.status = nc.StatusChanged(natsgo.RECONNECTING, natsgo.DISCONNECTED, natsgo.CLOSED)
 	}
 	// The client's watcher lives as long as the context it is started
-	// with: its start is guarded apart.
+	// with, which opts.Timeout does not bound, so that a timeout that
+	// passes while it starts ends the watch with io.EOF (see teardown)
+	// rather than failing the start; the start is guarded apart.
 	lw.stats.watches.Add(1)
 	stopGuard := lw.guard(lw.opts.requestTimeout(), w.stop)
-	kw, err := kv.WatchAll(w.ctx, jetstream.IncludeHistory(), jetstream.ResumeFromRevision(after+1))
+	kw, err := kv.WatchAll(wctx, jetstream.IncludeHistory(), jetstream.ResumeFromRevision(after+1))
 	if cause := stopGuard(); cause != nil {
 		if err == nil {
 			_ = kw.Stop()
@@ -262,9 +264,15 @@ func (w *watcher[V]) release() {
 // teardown releases the client's watcher and the connection's status
 // listener, once, when the watch's context ends or from release, whichever
 // comes first; later calls wait until it has run.
+//
+// Stopping the client's watcher deletes its consumer on the server, a
+// request that, with the connection down, waits for the client's own
+// timeout (5 seconds): then teardown leaves the watcher to the client,
+// which stops it on a goroutine of its own once the context it was
+// started with has ended, as it has by now.
 func (w *watcher[V]) teardown() {
 	w.teardownOnce.Do(func() {
-		if w.kw != nil {
+		if w.kw != nil && (w.conn == nil || w.conn.Status() == natsgo.CONNECTED) {
 			_ = w.kw.Stop()
 		}
 		if w.status != nil {
