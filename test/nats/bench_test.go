@@ -66,7 +66,11 @@ func BenchmarkNATSInitialSync(b *testing.B) {
 	url := startServerProc(b)
 	js := connectBench(b, url)
 	ctx := b.Context()
-	for _, n := range []int{10_000, 100_000} {
+	sizes := []int{10_000, 100_000}
+	if testing.Short() {
+		sizes = sizes[:1] // CI's run of every benchmark once
+	}
+	for _, n := range sizes {
 		bucket := fmt.Sprintf("sync%d", n)
 		kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: bucket})
 		if err != nil {
