@@ -106,3 +106,15 @@ func (lw *ListWatcher[V]) request(ctx context.Context, fn func(ctx context.Conte
 	}
 	return err
 }
+
+// watcherClosed is the cause of a client watcher that closed on its own:
+// the client closes its watchers when the connection closes, maybe before
+// it reports the new status, which this reads.
+func (lw *ListWatcher[V]) watcherClosed() error {
+	if nc := lw.js.Conn(); nc != nil {
+		if s := nc.Status(); s != natsgo.CONNECTED {
+			return lost(nc, s)
+		}
+	}
+	return errWatchClosed
+}

@@ -90,7 +90,7 @@ func (lw *ListWatcher[V]) List(ctx context.Context, opts mirror.ListOptions) (mi
 		select {
 		case e, ok := <-w.Updates():
 			if !ok {
-				err := errWatchClosed
+				err := lw.watcherClosed()
 				if cause := context.Cause(wctx); cause != nil && ctx.Err() == nil {
 					err = cause
 				}

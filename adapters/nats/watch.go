@@ -165,7 +165,7 @@ func (w *watcher[V]) Next(ctx context.Context) (mirror.Event[Object[V]], error) 
 				if w.ctx.Err() != nil {
 					return zero, w.fail(w.endError())
 				}
-				return zero, w.fail(wrapError(ctx, errWatchClosed, "%s", w.name()))
+				return zero, w.fail(wrapError(ctx, w.lw.watcherClosed(), "%s", w.name()))
 			}
 			if e == nil {
 				// The client's marker that the watch has delivered
