@@ -208,8 +208,8 @@ func tryStartProcCluster(t testing.TB, n int, progressNotify time.Duration) (*pr
 	base := t.TempDir()
 	for i := range n {
 		m := &procMember{
-			name:    fmt.Sprintf("p%d", i),
-			dir:     filepath.Join(base, fmt.Sprintf("p%d", i)),
+			name:           fmt.Sprintf("p%d", i),
+			dir:            filepath.Join(base, fmt.Sprintf("p%d", i)),
 			peerURL:        freeURL(t),
 			cliURL:         freeURL(t),
 			progressNotify: progressNotify,
