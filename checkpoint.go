@@ -35,7 +35,10 @@ import (
 // InformerOptions.SameObject) a deletion then an addition, one changed an
 // update, one unchanged nothing (with InformerOptions.ResourceVersion).
 // Either way each change made while the informer was down is delivered
-// once. Handlers registered before Run, or while it loads the checkpoint,
+// once. With the in-order queue (the default), Run reads the source (the
+// watch, and the list if the version is gone) as soon as it has read the
+// checkpoint's version, while the objects load; what it reads is applied
+// once they are in. Handlers registered before Run, or while it loads the checkpoint,
 // are first handed the checkpoint's objects as initial adds, unless their
 // HandlerOptions.ChangesOnly is set.
 type CheckpointOptions[T any] struct {
