@@ -76,11 +76,12 @@ type InformerOptions[K comparable, T any] struct {
 	BatchSize int
 
 	// ResourceVersion, if set, returns an object's version. A relist
-	// that finds an object at the version already cached then offers it
-	// only to handlers due for a resync, like client-go; without it, every
-	// relisted object is delivered to every handler as an update. If it
-	// panics, the relisted state is left out, as SameObject's panic
-	// leaves it.
+	// that finds an object at the version already cached (and, with
+	// SameObject, the same object) then offers it only to handlers due
+	// for a resync, like client-go, and with the in-order queue the cache
+	// keeps the value it holds; without it, every relisted object is
+	// delivered to every handler as an update. If it panics, the
+	// relisted state is left out, as SameObject's panic leaves it.
 	ResourceVersion func(obj T) string
 
 	// SameObject, if set, reports whether two states of one key belong to
