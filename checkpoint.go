@@ -35,7 +35,10 @@ import (
 // InformerOptions.SameObject) a deletion then an addition, one changed an
 // update, one unchanged nothing (with InformerOptions.ResourceVersion).
 // Either way each change made while the informer was down is delivered
-// once. Handlers registered before Run, or while it loads the checkpoint,
+// once. With the in-order queue (the default), Run reads the source (the
+// watch, and the list if the version is gone) as soon as it has read the
+// checkpoint's version, while the objects load; what it reads is applied
+// once they are in. Handlers registered before Run, or while it loads the checkpoint,
 // are first handed the checkpoint's objects as initial adds, unless their
 // HandlerOptions.ChangesOnly is set.
 type CheckpointOptions[T any] struct {
@@ -85,12 +88,19 @@ func newCheckpointer[K comparable, T any](inf *Informer[K, T], o CheckpointOptio
 
 // load fills the informer's cache from the checkpoint and returns its
 // version; on failure it reports why, leaves the cache empty and returns
-// "".
-func (c *checkpointer[K, T]) load() string {
+// "". Once it has read the checkpoint's version, before its objects, it
+// calls begin, if not nil, with it.
+func (c *checkpointer[K, T]) load(begin func(rv string)) string {
 	inf := c.inf
 	// No write has started yet: any temporary file is a crash's.
 	removeStaleTemps(c.path)
-	h, err := loadCheckpoint(c.path, c.identity, c.codec, inf.cache.reserve, func(obj T) error {
+	reserve := func(h checkpointHeader, n int) {
+		inf.cache.reserve(n)
+		if begin != nil && h.version != "" {
+			begin(h.version)
+		}
+	}
+	h, err := loadCheckpoint(c.path, c.identity, c.codec, reserve, func(obj T) error {
 		key, err := keyOf(inf.opts.KeyFunc, obj)
 		if err != nil {
 			// An object left out would be lost: a watch brings only
@@ -120,12 +130,13 @@ func (c *checkpointer[K, T]) load() string {
 }
 
 // resume prepares Run to start from the checkpoint's state at rv, already
-// in the cache: the Reflector watches from rv, and the handlers registered
-// so far that want them get the cached objects as initial adds. Run calls
-// it with applyMu held, before anything is applied, so that a handler
-// added meanwhile is handed the objects here or, once the informer is
-// live, by AddEventHandler: never by both, never a part of them.
-func (c *checkpointer[K, T]) resume(r *Reflector[T], rv string) {
+// in the cache: the handlers registered so far that want them get the
+// cached objects as initial adds. (The Reflector watches from rv: see
+// Reflector.resumeFrom.) Run calls it with applyMu held, before anything
+// is applied, so that a handler added meanwhile is handed the objects
+// here or, once the informer is live, by AddEventHandler: never by both,
+// never a part of them.
+func (c *checkpointer[K, T]) resume(rv string) {
 	inf := c.inf
 	inf.appliedRV = rv
 	if inf.fifo != nil {
@@ -143,7 +154,42 @@ func (c *checkpointer[K, T]) resume(r *Reflector[T], rv string) {
 		}
 	}
 	inf.proc.mu.RUnlock()
-	r.resumeFrom(rv, inf.resumed)
+}
+
+// earlyReflector is an informer's Reflector started while the checkpoint
+// it resumes from is still loading, once its version is read: its first
+// watch, and the list that follows if the source no longer has that
+// version, overlap the load instead of following it. What it hands the
+// in-order queue waits there until the load is done and the queue is
+// applied; a DeltaFIFO, which reads the cache as it queues a list, cannot
+// take it early.
+type earlyReflector struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// startEarly starts r from rv, as resumeFrom says, until ctx ends or stop.
+func startEarly[T any](ctx context.Context, r *Reflector[T], rv string, resumed func()) *earlyReflector {
+	r.resumeFrom(rv, resumed)
+	ctx, cancel := context.WithCancel(ctx)
+	e := &earlyReflector{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(e.done)
+		r.Run(ctx)
+	}()
+	return e
+}
+
+// stop stops the Reflector and waits until Run has returned.
+func (e *earlyReflector) stop() {
+	e.cancel()
+	<-e.done
+}
+
+// wait waits until Run has returned, once the informer's context ended.
+func (e *earlyReflector) wait() {
+	<-e.done
+	e.cancel()
 }
 
 // run writes a checkpoint every interval until ctx ends.

@@ -195,14 +195,15 @@ func appendField(b []byte, s string) []byte {
 
 // loadCheckpoint reads the checkpoint at path, written for identity, and
 // calls each with every object it holds, in the order they were written;
-// before the first, it calls reserve, if not nil, with how many there
-// may be (what the header says, bounded by what the file can hold), so
-// that the caller can make room for them at once.
+// before the first, it calls reserve, if not nil, with the header (its
+// version read, its count not yet checked) and how many objects there may
+// be (what the header says, bounded by what the file can hold), so that
+// the caller can make room for them at once.
 // It returns the header once the whole file has been read and checked; if
 // it returns an error, the caller must discard whatever each was given:
 // the checkpoint may be corrupt, and its checksum is checked only at the
 // end. An error from each ends the load and is returned.
-func loadCheckpoint[T any](path, identity string, codec Codec[T], reserve func(n int), each func(T) error) (checkpointHeader, error) {
+func loadCheckpoint[T any](path, identity string, codec Codec[T], reserve func(h checkpointHeader, n int), each func(T) error) (checkpointHeader, error) {
 	h, err := readCheckpoint(path, identity, codec, reserve, each)
 	if err != nil {
 		return h, &CheckpointError{Op: "load", Path: path, Err: err}
@@ -210,7 +211,7 @@ func loadCheckpoint[T any](path, identity string, codec Codec[T], reserve func(n
 	return h, nil
 }
 
-func readCheckpoint[T any](path, identity string, codec Codec[T], reserve func(n int), each func(T) error) (h checkpointHeader, err error) {
+func readCheckpoint[T any](path, identity string, codec Codec[T], reserve func(h checkpointHeader, n int), each func(T) error) (h checkpointHeader, err error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return h, err
@@ -255,7 +256,7 @@ func readCheckpoint[T any](path, identity string, codec Codec[T], reserve func(n
 	if reserve != nil {
 		// The count is not checked until the checksum is: an object
 		// takes at least its length's byte, so the file bounds it.
-		reserve(int(min(count, uint64(r.left))))
+		reserve(h, int(min(count, uint64(r.left))))
 	}
 	for i = 0; i < count; i++ {
 		data := r.field()

@@ -15,7 +15,7 @@ func TestCheckpointFile_LoadReservesTheCountBoundedByTheFile(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "cp")
 	writeTestCheckpoint(t, path, []cpObj{{"a", 1}, {"b", 2}, {"c", 3}})
 	load := func() (reserved []int, err error) {
-		_, err = loadCheckpoint(path, "test", JSONCodec[cpObj]{}, func(n int) { reserved = append(reserved, n) },
+		_, err = loadCheckpoint(path, "test", JSONCodec[cpObj]{}, func(_ checkpointHeader, n int) { reserved = append(reserved, n) },
 			func(cpObj) error { return nil })
 		return reserved, err
 	}

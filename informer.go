@@ -78,11 +78,12 @@ type InformerOptions[K comparable, T any] struct {
 	BatchSize int
 
 	// ResourceVersion, if set, returns an object's version. A relist
-	// that finds an object at the version already cached then offers it
-	// only to handlers due for a resync, like client-go; without it, every
-	// relisted object is delivered to every handler as an update. If it
-	// panics, the relisted state is left out, as SameObject's panic
-	// leaves it.
+	// that finds an object at the version already cached (and, with
+	// SameObject, the same object) then offers it only to handlers due
+	// for a resync, like client-go, and with the in-order queue the cache
+	// keeps the value it holds; without it, every relisted object is
+	// delivered to every handler as an update. If it panics, the
+	// relisted state is left out, as SameObject's panic leaves it.
 	ResourceVersion func(obj T) string
 
 	// SameObject, if set, reports whether two states of one key belong to
@@ -285,25 +286,7 @@ func (inf *Informer[K, T]) Run(ctx context.Context) error {
 	defer cancel()
 
 	cp := newCheckpointer(inf, inf.opts.Checkpoint)
-	var rv string
-	if cp != nil {
-		// Not under applyMu: AddEventHandler goes on meanwhile, and the
-		// handlers it adds are not handed a cache half filled (see live).
-		rv = cp.load()
-	}
-	inf.applyMu.Lock()
-	// A handler added from now on is handed the cache as a late one.
 	r := inf.newReflector()
-	if rv != "" {
-		cp.resume(r, rv)
-	}
-	inf.live = true
-	inf.versions.publish(inf.appliedRV, inf.partial.open)
-	inf.applyMu.Unlock()
-	// Waiters learn that the cache moves no more once everything Run
-	// started has stopped.
-	defer inf.versions.end()
-
 	var im InformerMetrics
 	if inf.opts.Metrics != nil {
 		im = inf.opts.Metrics.Informer(inf.opts.Name, inf)
@@ -315,8 +298,49 @@ func (inf *Informer[K, T]) Run(ctx context.Context) error {
 	}
 
 	var wg sync.WaitGroup
+	var rv string
+	var early *earlyReflector
+	if cp != nil {
+		// Not under applyMu: AddEventHandler goes on meanwhile, and the
+		// handlers it adds are not handed a cache half filled (see live).
+		rv = cp.load(func(version string) {
+			if inf.inOrder != nil {
+				early = startEarly(ctx, r, version, inf.resumed)
+			}
+		})
+		if early != nil && rv == "" {
+			// The checkpoint turned out unusable: what the Reflector
+			// queued meanwhile was about a state the cache never held.
+			early.stop()
+			early = nil
+			inf.inOrder.discard()
+			r = inf.newReflector()
+			if im != nil {
+				r.onListed = im.Listed
+			}
+		}
+	}
+	inf.applyMu.Lock()
+	// A handler added from now on is handed the cache as a late one.
+	if rv != "" {
+		if early == nil {
+			r.resumeFrom(rv, inf.resumed)
+		}
+		cp.resume(rv)
+	}
+	inf.live = true
+	inf.versions.publish(inf.appliedRV, inf.partial.open)
+	inf.applyMu.Unlock()
+	// Waiters learn that the cache moves no more once everything Run
+	// started has stopped.
+	defer inf.versions.end()
+
 	inf.proc.run(ctx, &wg, im)
-	wg.Go(func() { r.Run(ctx) })
+	if early != nil {
+		wg.Go(early.wait)
+	} else {
+		wg.Go(func() { r.Run(ctx) })
+	}
 	wg.Go(func() { inf.applyLoop(ctx) })
 	wg.Go(func() { inf.resyncLoop(ctx) })
 	if cp != nil {
@@ -334,8 +358,7 @@ func (inf *Informer[K, T]) Run(ctx context.Context) error {
 	return nil
 }
 
-// newReflector makes the informer's Reflector. It is called by Run, with
-// applyMu held.
+// newReflector makes the informer's Reflector. It is called by Run.
 func (inf *Informer[K, T]) newReflector() *Reflector[T] {
 	ropts := ReflectorOptions{
 		// The informer runs the resync rounds itself (resyncLoop), for

@@ -200,8 +200,10 @@ type listing[K comparable, T any] struct {
 	// list and the cache it fills are then never both held whole.
 	direct bool
 	// staged are the chunks of any other list, applied as one step at
-	// its end.
+	// its end; diff, if not nil, is what they were found to be as they
+	// came (see relist_diff.go).
 	staged relist[K, T]
+	diff   *relistDiff[K, T]
 }
 
 // applyListPart applies or stages the next chunk of the list in
@@ -210,10 +212,16 @@ func (inf *Informer[K, T]) applyListPart(part *listPart[K, T], initialList bool)
 	l := inf.listing
 	if l == nil {
 		l = &listing[K, T]{direct: inf.cache.Len() == 0}
+		if !l.direct && inf.opts.ResourceVersion != nil {
+			l.diff = &relistDiff[K, T]{}
+		}
 		inf.listing = l
 	}
 	if !l.direct {
 		l.staged.add(part)
+		if l.diff != nil {
+			inf.diffPart(l.diff, part)
+		}
 		return
 	}
 	inf.applyPart(part, initialList && !inf.synced.Load())
@@ -262,7 +270,7 @@ func (inf *Informer[K, T]) applyListEnd(initial bool) {
 	if l == nil {
 		l = &listing[K, T]{} // an empty list
 	}
-	if !l.direct {
+	if !l.direct && (l.diff == nil || !inf.applyDiffed(&l.staged, l.diff, initial)) {
 		inf.applyReplace(&l.staged, initial)
 	}
 }
@@ -284,7 +292,7 @@ func (inf *Informer[K, T]) applyReplace(list *relist[K, T], initial bool) {
 // deleteUnlisted deletes every cached key that list lacks and tells the
 // handlers, with origin, that its final state is unknown.
 func (inf *Informer[K, T]) deleteUnlisted(list *relist[K, T], origin Origin) {
-	gone := inf.cache.unlisted(func(yield func(K) bool) {
+	inf.deleteKeys(inf.cache.unlisted(func(yield func(K) bool) {
 		for k := range list.all() {
 			if !yield(k) {
 				return
@@ -297,7 +305,12 @@ func (inf *Informer[K, T]) deleteUnlisted(list *relist[K, T], origin Origin) {
 				}
 			}
 		}
-	})
+	}), origin)
+}
+
+// deleteKeys deletes the cached keys gone, which a list lacks, and tells
+// the handlers, with origin, that their final state is unknown.
+func (inf *Informer[K, T]) deleteKeys(gone []K, origin Origin) {
 	for _, k := range gone {
 		if old, ok := inf.cache.DeleteKey(k); ok {
 			inf.proc.distribute(notification[K, T]{kind: notifyDelete, key: k, obj: old, unknown: true, origin: origin}, false)

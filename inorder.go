@@ -171,6 +171,17 @@ var (
 	_ eventStore[int]     = (*inOrderQueue[int, int])(nil)
 )
 
+// discard drops every queued entry, and the queue starts again as a new
+// one: for an informer whose Reflector, started before its checkpoint was
+// found unusable, queued changes to a state the cache never held (see
+// earlyReflector).
+func (q *inOrderQueue[K, T]) discard() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.entries = seqQueue[inOrderEntry[K, T]]{}
+	q.pushed, q.resyncQueued = false, false
+}
+
 // Add queues an addition.
 func (q *inOrderQueue[K, T]) Add(obj T) error { return q.queueChange(entryAdded, obj, position{}) }
 

@@ -282,6 +282,30 @@ func (i *Indexer[K, T]) unlisted(keys iter.Seq[K]) []K {
 	return i.contents.items.unlisted(keys)
 }
 
+// markListed finds key, marks it listed in m (see table.mark) and returns
+// the object stored under it, if any. For the informer's apply loop, the
+// only writer: see unmarked.
+func (i *Indexer[K, T]) markListed(m *listedMarks[K], key K) (T, bool) {
+	i.mu.RLock()
+	defer i.mu.RUnlock()
+	if !m.begun {
+		defer func() { m.gen = i.gen }()
+	}
+	return i.contents.items.mark(m, key)
+}
+
+// unmarked returns the keys of the stored objects that m does not mark,
+// and true; or false if i changed since the first mark, and m no longer
+// says which objects are which.
+func (i *Indexer[K, T]) unmarked(m *listedMarks[K]) ([]K, bool) {
+	i.mu.RLock()
+	defer i.mu.RUnlock()
+	if !i.contents.items.valid(m) || (m.begun && m.gen != i.gen) {
+		return nil, false
+	}
+	return i.contents.items.unmarked(m), true
+}
+
 // DeleteKey removes the object stored under key and returns it, or reports
 // false if there was none.
 func (i *Indexer[K, T]) DeleteKey(key K) (old T, existed bool) {

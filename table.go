@@ -364,24 +364,59 @@ func (t *table[K, T]) all() iter.Seq2[K, T] {
 // set of keys, the marks cost a bit per slot, and the key function runs
 // only on the objects returned. The table must not change meanwhile.
 func (t *table[K, T]) unlisted(keys iter.Seq[K]) []K {
-	marked := make([]uint64, (len(t.tags)+63)/64)
-	var foreignListed map[K]struct{}
+	var m listedMarks[K]
 	for k := range keys {
-		_, l, ok := t.find(k)
-		switch {
-		case !ok:
-		case l.foreign:
-			if foreignListed == nil {
-				foreignListed = make(map[K]struct{})
-			}
-			foreignListed[k] = struct{}{}
-		default:
-			marked[l.slot/64] |= 1 << (l.slot % 64)
-		}
+		t.mark(&m, k)
 	}
+	return t.unmarked(&m)
+}
+
+// listedMarks records the keys of a table found listed (see mark): a bit
+// per slot, and a set of the foreign keys. They hold for the table's slots
+// as they were at the first mark, while the table does not change.
+type listedMarks[K comparable] struct {
+	slots   []uint64
+	foreign map[K]struct{}
+	// moves and live are the table's when the marks began: a table that
+	// moved its objects, or stored or removed one, has other slots.
+	moves uint64
+	live  int
+	// gen is the Indexer's (see Indexer.markListed).
+	gen   uint64
+	begun bool
+}
+
+// mark finds key, marks it listed in m and returns its object, if the
+// table holds one.
+func (t *table[K, T]) mark(m *listedMarks[K], key K) (T, bool) {
+	if !m.begun {
+		*m = listedMarks[K]{slots: make([]uint64, (len(t.tags)+63)/64), moves: t.moves, live: t.len(), begun: true}
+	}
+	obj, l, ok := t.find(key)
+	switch {
+	case !ok:
+	case l.foreign:
+		if m.foreign == nil {
+			m.foreign = make(map[K]struct{})
+		}
+		m.foreign[key] = struct{}{}
+	default:
+		m.slots[l.slot/64] |= 1 << (l.slot % 64)
+	}
+	return obj, ok
+}
+
+// valid reports whether m still describes the table's slots.
+func (t *table[K, T]) valid(m *listedMarks[K]) bool {
+	return !m.begun || (m.moves == t.moves && m.live == t.len() && len(m.slots) == (len(t.tags)+63)/64)
+}
+
+// unmarked returns the keys of the objects m does not mark, which must be
+// valid for the table.
+func (t *table[K, T]) unmarked(m *listedMarks[K]) []K {
 	var out []K
 	for s, tag := range t.tags {
-		if tag < tagFull || marked[s/64]&(1<<(s%64)) != 0 {
+		if tag < tagFull || (m.begun && m.slots[s/64]&(1<<(s%64)) != 0) {
 			continue
 		}
 		// The key function succeeded on this object when it was stored,
@@ -391,7 +426,7 @@ func (t *table[K, T]) unlisted(keys iter.Seq[K]) []K {
 		}
 	}
 	for k := range t.foreign {
-		if _, ok := foreignListed[k]; !ok {
+		if _, ok := m.foreign[k]; !ok {
 			out = append(out, k)
 		}
 	}

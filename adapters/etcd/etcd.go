@@ -101,6 +101,12 @@ type Options struct {
 	// negative value turns the requests off (a watch on a lost member
 	// then waits until the client reconnects).
 	//
+	// etcd's gRPC proxy (etcd grpc-proxy) drops progress requests but
+	// passes on etcd's periodic progress notifications: through it, set
+	// the members' --watch-progress-notify-interval below this interval,
+	// or a quiet prefix's watch ends as unavailable every two intervals
+	// and is opened again (no relist, nothing lost).
+	//
 	// How soon the mirror is current again once a lost member is back is
 	// the client's affair: the new watch waits for the client's
 	// connection, and is current within about 0.1 s of it (measured in

@@ -95,7 +95,7 @@ func sharedBenchEtcd(b *testing.B) *clientv3.Client {
 		if s.dir, s.err = os.MkdirTemp("", "mirror-bench-etcd-"); s.err != nil {
 			return
 		}
-		cl, err := tryStartProcCluster(procTB{b, s.dir}, 1)
+		cl, err := tryStartProcCluster(procTB{b, s.dir}, 1, 0)
 		if err != nil {
 			s.err = err
 			return

@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"sync"
@@ -20,7 +21,7 @@ func loadCheckpoint[T any](t *testing.T, b []byte, key mirror.KeyFunc[string, T]
 	opts.Path = filepath.Join(t.TempDir(), "copy")
 	require.NoError(t, os.WriteFile(opts.Path, b, 0o600))
 
-	p := &loadProbe[T]{got: make(chan loadProbeResult[T], 1)}
+	p := &loadProbe[T]{}
 	var reported []error
 	var mu sync.Mutex
 	p.inf = mirror.NewInformer[string, T](p, mirror.InformerOptions[string, T]{
@@ -35,7 +36,8 @@ func loadCheckpoint[T any](t *testing.T, b []byte, key mirror.KeyFunc[string, T]
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- p.inf.Run(ctx) }()
-	res := <-p.got
+	require.NoError(t, mirror.WaitForCacheSync(ctx, p.inf))
+	res := p.result()
 	cancel()
 	require.NoError(t, <-done)
 	mu.Lock()
@@ -49,13 +51,16 @@ func loadCheckpoint[T any](t *testing.T, b []byte, key mirror.KeyFunc[string, T]
 }
 
 // loadProbe is the ListWatcher behind an informer that only loads a
-// checkpoint: its first Watch (from the checkpoint's version) records the
-// version and the cache, which then holds the checkpoint's objects and
-// nothing else; a List means that nothing was loaded.
+// checkpoint. An informer resumed from a checkpoint watches from its
+// version, which the probe records, and has synced once the load is done
+// and that watch open: the cache then holds the checkpoint's objects and
+// nothing else, as the watch brings nothing. A List means that nothing was
+// loaded; it lists nothing.
 type loadProbe[T any] struct {
-	inf  *mirror.Informer[string, T]
-	once sync.Once
-	got  chan loadProbeResult[T]
+	inf    *mirror.Informer[string, T]
+	mu     sync.Mutex
+	listed bool
+	rv     string // of the first Watch, if before any List
 }
 
 type loadProbeResult[T any] struct {
@@ -64,19 +69,49 @@ type loadProbeResult[T any] struct {
 	objs   []T
 }
 
+// result is what the informer loaded, once it has synced.
+func (p *loadProbe[T]) result() loadProbeResult[T] {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.listed {
+		return loadProbeResult[T]{listed: true}
+	}
+	objs := make([]T, 0, p.inf.Len())
+	for _, o := range p.inf.All() {
+		objs = append(objs, o)
+	}
+	return loadProbeResult[T]{rv: p.rv, objs: objs}
+}
+
 func (p *loadProbe[T]) List(context.Context, mirror.ListOptions) (mirror.ListResult[T], error) {
-	p.once.Do(func() { p.got <- loadProbeResult[T]{listed: true} })
+	p.mu.Lock()
+	p.listed = true
+	p.mu.Unlock()
 	return mirror.ListResult[T]{ResourceVersion: "1"}, nil
 }
 
 func (p *loadProbe[T]) Watch(ctx context.Context, opts mirror.WatchOptions) (mirror.Watcher[T], error) {
-	p.once.Do(func() {
-		objs := make([]T, 0, p.inf.Len())
-		for _, o := range p.inf.All() {
-			objs = append(objs, o)
-		}
-		p.got <- loadProbeResult[T]{rv: opts.ResourceVersion, objs: objs}
-	})
-	<-ctx.Done()
-	return nil, ctx.Err()
+	p.mu.Lock()
+	if p.rv == "" && !p.listed {
+		p.rv = opts.ResourceVersion
+	}
+	p.mu.Unlock()
+	return &quietWatcher[T]{stopped: make(chan struct{})}, nil
 }
+
+// quietWatcher is a watch that brings nothing until it is stopped.
+type quietWatcher[T any] struct {
+	once    sync.Once
+	stopped chan struct{}
+}
+
+func (w *quietWatcher[T]) Next(ctx context.Context) (mirror.Event[T], error) {
+	select {
+	case <-ctx.Done():
+		return mirror.Event[T]{}, ctx.Err()
+	case <-w.stopped:
+		return mirror.Event[T]{}, io.EOF
+	}
+}
+
+func (w *quietWatcher[T]) Stop() { w.once.Do(func() { close(w.stopped) }) }

@@ -64,6 +64,9 @@ func TestMain(m *testing.M) {
 	if cfg := os.Getenv(childEnv); cfg != "" {
 		os.Exit(runChildMember(cfg))
 	}
+	if cfg := os.Getenv(proxyChildEnv); cfg != "" {
+		os.Exit(runChildProxy(cfg))
+	}
 	code := m.Run()
 	stopBenchEtcd()
 	os.Exit(code)
@@ -74,6 +77,9 @@ func TestMain(m *testing.M) {
 type childConfig struct {
 	Name, Dir, PeerURL, ClientURL, InitialCluster string
 	Existing                                      bool
+	// ProgressNotify, if positive, is the member's
+	// WatchProgressNotifyInterval (a process-wide setting in etcd).
+	ProgressNotify time.Duration
 }
 
 // runChildMember runs one member as configured by raw, a childConfig in
@@ -98,7 +104,9 @@ func runChildMember(raw string) int {
 	}
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
-	e, err := embed.StartEtcd(memberConfig(c.Name, c.Dir, *peer, *cli, c.InitialCluster, c.Existing))
+	cfg := memberConfig(c.Name, c.Dir, *peer, *cli, c.InitialCluster, c.Existing)
+	cfg.WatchProgressNotifyInterval = c.ProgressNotify
+	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return fail(err)
 	}
@@ -132,6 +140,7 @@ type procMember struct {
 	dir             string
 	peerURL, cliURL url.URL
 	initialCluster  string
+	progressNotify  time.Duration // see childConfig.ProgressNotify
 
 	mu      sync.Mutex
 	started bool // started once: later starts join the existing cluster
@@ -172,10 +181,18 @@ func startEtcdProc(t testing.TB) *procMember {
 // one cluster, and kills those still running when the test ends.
 func startProcCluster(t testing.TB, n int) *procCluster {
 	t.Helper()
+	return startProcClusterWith(t, n, 0)
+}
+
+// startProcClusterWith is startProcCluster with members that send
+// periodic watch progress notifications every progressNotify, if
+// positive.
+func startProcClusterWith(t testing.TB, n int, progressNotify time.Duration) *procCluster {
+	t.Helper()
 	// A port found free may be taken by someone else before etcd binds
 	// it; then start again on other ports.
 	for attempt := 1; ; attempt++ {
-		c, err := tryStartProcCluster(t, n)
+		c, err := tryStartProcCluster(t, n, progressNotify)
 		if err == nil {
 			return c
 		}
@@ -185,16 +202,17 @@ func startProcCluster(t testing.TB, n int) *procCluster {
 	}
 }
 
-func tryStartProcCluster(t testing.TB, n int) (*procCluster, error) {
+func tryStartProcCluster(t testing.TB, n int, progressNotify time.Duration) (*procCluster, error) {
 	c := &procCluster{}
 	var initial []string
 	base := t.TempDir()
 	for i := range n {
 		m := &procMember{
-			name:    fmt.Sprintf("p%d", i),
-			dir:     filepath.Join(base, fmt.Sprintf("p%d", i)),
-			peerURL: freeURL(t),
-			cliURL:  freeURL(t),
+			name:           fmt.Sprintf("p%d", i),
+			dir:            filepath.Join(base, fmt.Sprintf("p%d", i)),
+			peerURL:        freeURL(t),
+			cliURL:         freeURL(t),
+			progressNotify: progressNotify,
 		}
 		initial = append(initial, m.name+"="+m.peerURL.String())
 		c.members = append(c.members, m)
@@ -243,7 +261,7 @@ func (m *procMember) start() error {
 	}
 	cfg, err := json.Marshal(childConfig{
 		Name: m.name, Dir: m.dir, PeerURL: m.peerURL.String(), ClientURL: m.cliURL.String(),
-		InitialCluster: m.initialCluster, Existing: m.started,
+		InitialCluster: m.initialCluster, Existing: m.started, ProgressNotify: m.progressNotify,
 	})
 	if err != nil {
 		return err
