@@ -1,6 +1,7 @@
 package k8s
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -55,6 +56,9 @@ type FactoryOptions struct {
 	// ListWatch tunes how every informer lists and watches (page size,
 	// watch timeout, backoff).
 	ListWatch mirror.ListWatchOptions
+	// Metrics, if set, receives every informer's measurements, under the
+	// informer's name (see Request.Name and mirror.InformerOptions.Metrics).
+	Metrics mirror.Metrics
 
 	// GoneRetry is how long an informer whose resource went away (see
 	// ErrResourceGone) waits before each new request to the server, on
@@ -112,6 +116,11 @@ func (r Resource) String() string {
 // equal.
 type Request[T Object] struct {
 	Resource
+
+	// Name identifies the informer in logs, errors and metrics; empty
+	// means Resource.String(). It is not part of what makes requests
+	// share an informer: the first request names it.
+	Name string
 
 	// StripManagedFields drops each object's managedFields as it enters
 	// the cache (see StripManagedFields).
@@ -325,11 +334,12 @@ func newFactoryInformer[T Object](f *Factory, e *entry, req Request[T], newLW fu
 	}
 	var inf *mirror.Informer[Key, T]
 	inf = NewInformer(goneListWatcher[T](lw, e, func() bool { return inf.HasSynced() }), InformerOptions[T]{
-		Name:         req.Resource.String(),
+		Name:         cmp.Or(req.Name, req.Resource.String()),
 		Indexers:     mirror.Indexers[T]{LabelIndex: IndexByLabels[T]},
 		Transform:    transform,
 		ResyncPeriod: f.opts.ResyncPeriod,
 		ListWatch:    f.opts.ListWatch,
+		Metrics:      f.opts.Metrics,
 		ErrorHandler: e.report,
 		Logger:       f.logger,
 	})
