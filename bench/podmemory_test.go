@@ -63,7 +63,7 @@ func realisticPod(i int) *corev1.Pod {
 			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: ts}},
 		}
 	}
-	fields := func(s string) *metav1.FieldsV1 { return &metav1.FieldsV1{Raw: []byte(s)} }
+	fields := metav1.NewFieldsV1
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: fmt.Sprintf("%s-7d9f8c6b5-%05d", app, i), GenerateName: app + "-7d9f8c6b5-",
