@@ -22,7 +22,9 @@ import (
 // every type of k8s.io/api).
 type ProtoObject interface {
 	Object
+	// Marshal returns the object's protobuf encoding.
 	Marshal() ([]byte, error)
+	// Unmarshal sets the object from its protobuf encoding.
 	Unmarshal(data []byte) error
 }
 
