@@ -246,7 +246,8 @@ func stripClientGo(obj any) (any, error) {
 // informer running, less the heap before it started, over the Pods), at
 // 10k Pods (and 100k with -pods100k), for client-go's shared index
 // informer and mirror's k8s.NewInformer, as decoded (default), with
-// managedFields stripped by a transform (stripped), and metadata-only
+// managedFields stripped by a transform (stripped), held as protobuf by
+// k8s.NewCompactInformer (compact, compact-stripped), and metadata-only
 // (metav1.PartialObjectMetadata decoded from the same JSON, as the
 // metadata client receives it). json-B/pod is the Pods' JSON. One op
 // builds and syncs the informer.
@@ -273,6 +274,8 @@ func BenchmarkInformer_HeapPerPod(b *testing.B) {
 			{"form=stripped/impl=mirror", func() func() {
 				return startMirrorPods(podSource[*corev1.Pod]{w, newPod}, k8s.StripManagedFields[*corev1.Pod])
 			}},
+			{"form=compact/impl=mirror", func() func() { return startCompactPods(w, nil) }},
+			{"form=compact-stripped/impl=mirror", func() func() { return startCompactPods(w, k8s.StripManagedFields[*corev1.Pod]) }},
 			{"form=metadata/impl=mirror", func() func() {
 				return startMirrorPods(podSource[*metav1.PartialObjectMetadata]{w, newMeta}, nil)
 			}},
