@@ -250,9 +250,9 @@ func stripClientGo(obj any) (any, error) {
 // k8s.NewCompactInformer (compact, compact-stripped), and metadata-only
 // (metav1.PartialObjectMetadata decoded from the same JSON, as the
 // metadata client receives it). json-B/pod is the Pods' JSON. One op
-// builds and syncs the informer.
+// builds and syncs the informer. -short measures 1k Pods instead of 10k.
 func BenchmarkInformer_HeapPerPod(b *testing.B) {
-	sizes := []int{10_000}
+	sizes := []int{scaled(10_000)}
 	if *pods100k {
 		sizes = append(sizes, 100_000)
 	}
@@ -284,7 +284,7 @@ func BenchmarkInformer_HeapPerPod(b *testing.B) {
 			}},
 		}
 		for _, im := range impls {
-			b.Run(fmt.Sprintf("pods=%dk/%s", n/1000, im.name), func(b *testing.B) {
+			b.Run(fmt.Sprintf("pods=%s/%s", thousands(n), im.name), func(b *testing.B) {
 				b.ReportAllocs()
 				var heap uint64
 				for b.Loop() {
@@ -299,3 +299,6 @@ func BenchmarkInformer_HeapPerPod(b *testing.B) {
 		}
 	}
 }
+
+// thousands writes n as "10k".
+func thousands(n int) string { return fmt.Sprintf("%dk", n/1000) }

@@ -49,11 +49,12 @@ func selectorPods(n int) []*corev1.Pod {
 //     client-go's indexer with its namespace index, which is what its
 //     listers (podLister.List, Pods(ns).List) do.
 //
-// One op is one List; pods/op is the Pods it returns.
+// One op is one List; pods/op is the Pods it returns. -short lists among
+// 1k and 8k Pods.
 func BenchmarkList_Selector(b *testing.B) {
 	sel := labels.SelectorFromSet(labels.Set{"app": "app-7", "pod-template-hash": "h7"})
 	const ns = "ns-7"
-	for _, n := range []int{10_000, 80_000} {
+	for _, n := range []int{scaled(10_000), scaled(80_000)} {
 		pods := selectorPods(n)
 		inf, stop := syncedPodInformer(b, pods)
 		lister, err := k8s.NewLister(inf)
