@@ -3,8 +3,10 @@ package k8s
 import (
 	"context"
 	"fmt"
+	"maps"
 
 	"github.com/listwatch/mirror"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -34,7 +36,7 @@ type Compact[T ProtoObject] struct {
 	key    Key
 	rv     string
 	uid    types.UID
-	labels map[string]string
+	labels pairs
 	raw    []byte
 	newT   func() T
 }
@@ -48,8 +50,45 @@ func (c *Compact[T]) ResourceVersion() string { return c.rv }
 // UID returns the object's UID.
 func (c *Compact[T]) UID() types.UID { return c.uid }
 
-// Labels returns the object's labels; the map must not be modified.
-func (c *Compact[T]) Labels() map[string]string { return c.labels }
+// Labels returns the object's labels, for a labels.Selector's Matches.
+func (c *Compact[T]) Labels() labels.Labels { return c.labels }
+
+// pairs holds labels as keys and values in turn: a few strings in one
+// slice, where a map of them costs a few hundred bytes more per object.
+type pairs []string
+
+func newPairs(m map[string]string) pairs {
+	if len(m) == 0 {
+		return nil
+	}
+	p := make(pairs, 0, 2*len(m))
+	for k, v := range m {
+		p = append(p, k, v)
+	}
+	return p
+}
+
+// Lookup returns the value of the label key and whether there is one.
+func (p pairs) Lookup(key string) (string, bool) {
+	for i := 0; i+1 < len(p); i += 2 {
+		if p[i] == key {
+			return p[i+1], true
+		}
+	}
+	return "", false
+}
+
+// Has reports whether there is a label key.
+func (p pairs) Has(key string) bool {
+	_, ok := p.Lookup(key)
+	return ok
+}
+
+// Get returns the value of the label key, or "".
+func (p pairs) Get(key string) string {
+	v, _ := p.Lookup(key)
+	return v
+}
 
 // Len returns the length of the object's encoding.
 func (c *Compact[T]) Len() int { return len(c.raw) }
@@ -100,7 +139,7 @@ func (c *compactLW[T]) compact(obj T) (_ *Compact[T], err error) {
 		return nil, fmt.Errorf("k8s: encode: %w", err)
 	}
 	return &Compact[T]{key: key, rv: obj.GetResourceVersion(), uid: obj.GetUID(),
-		labels: obj.GetLabels(), raw: raw, newT: c.newT}, nil
+		labels: newPairs(obj.GetLabels()), raw: raw, newT: c.newT}, nil
 }
 
 // PrefersStreamingList passes on lw's preference, if it has one.
@@ -164,27 +203,23 @@ func (w *compactWatcher[T]) Stop() { w.w.Stop() }
 
 // NewCompactInformer returns an informer of Compact objects, wired as
 // NewInformer wires one of T: keyed by namespace and name, indexed by
-// namespace (NamespaceIndex) and by label (LabelIndex), versioned by
-// resource version, identified by UID. Fields of opts the caller set are
-// kept. Read an object with GetByKey and then Compact.Object.
+// namespace (NamespaceIndex), versioned by resource version, identified
+// by UID. For label selectors served from an index, add
+// IndexCompactByLabels under LabelIndex to opts.Indexers. Fields of opts
+// the caller set are kept, and so is an index of the caller's named
+// NamespaceIndex. Read an object with GetByKey and then Compact.Object.
 func NewCompactInformer[T ProtoObject](lw mirror.ListWatcher[*Compact[T]], opts mirror.InformerOptions[Key, *Compact[T]]) *mirror.Informer[Key, *Compact[T]] {
 	if opts.KeyFunc == nil {
 		opts.KeyFunc = func(c *Compact[T]) (Key, error) { return c.key, nil }
 	}
-	indexers := mirror.Indexers[*Compact[T]]{
-		NamespaceIndex: func(c *Compact[T]) ([]string, error) { return []string{c.key.Namespace}, nil },
-		LabelIndex: func(c *Compact[T]) ([]string, error) {
-			vals := make([]string, 0, len(c.labels))
-			for k, v := range c.labels {
-				vals = append(vals, k+"="+v)
-			}
-			return vals, nil
-		},
+	if _, ok := opts.Indexers[NamespaceIndex]; !ok {
+		indexers := maps.Clone(opts.Indexers)
+		if indexers == nil {
+			indexers = make(mirror.Indexers[*Compact[T]], 1)
+		}
+		indexers[NamespaceIndex] = func(c *Compact[T]) ([]string, error) { return []string{c.key.Namespace}, nil }
+		opts.Indexers = indexers
 	}
-	for name, f := range opts.Indexers {
-		indexers[name] = f
-	}
-	opts.Indexers = indexers
 	if opts.ResourceVersion == nil {
 		opts.ResourceVersion = func(c *Compact[T]) string { return c.rv }
 	}
@@ -192,4 +227,14 @@ func NewCompactInformer[T ProtoObject](lw mirror.ListWatcher[*Compact[T]], opts 
 		opts.SameObject = func(cached, incoming *Compact[T]) bool { return cached.uid == incoming.uid }
 	}
 	return mirror.NewInformer(lw, opts)
+}
+
+// IndexCompactByLabels indexes a Compact object under each of its labels,
+// as "key=value", as IndexByLabels does a decoded one. It never fails.
+func IndexCompactByLabels[T ProtoObject](c *Compact[T]) ([]string, error) {
+	vals := make([]string, 0, len(c.labels)/2)
+	for i := 0; i+1 < len(c.labels); i += 2 {
+		vals = append(vals, c.labels[i]+"="+c.labels[i+1])
+	}
+	return vals, nil
 }

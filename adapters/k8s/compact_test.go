@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 )
 
 func TestCompactInformer_HoldsEncodedObjectsAndDecodesAFreshOneOnEachRead(t *testing.T) {
@@ -19,7 +20,8 @@ func TestCompactInformer_HoldsEncodedObjectsAndDecodesAFreshOneOnEachRead(t *tes
 		p.Spec.NodeName = "node-1"
 		src, newLW, _ := podSource(t, p, labelled("shop", "db-1", map[string]string{"app": "db"}))
 		lw := CompactListWatcher(newLW("", Options{}), func() *corev1.Pod { return new(corev1.Pod) }, StripManagedFields[*corev1.Pod])
-		inf := NewCompactInformer(lw, mirror.InformerOptions[Key, *Compact[*corev1.Pod]]{})
+		inf := NewCompactInformer(lw, mirror.InformerOptions[Key, *Compact[*corev1.Pod]]{
+			Indexers: mirror.Indexers[*Compact[*corev1.Pod]]{LabelIndex: IndexCompactByLabels[*corev1.Pod]}})
 		var deletes, adds []string
 		_, err := inf.AddEventHandler(mirror.HandlerFuncs[*Compact[*corev1.Pod]]{
 			AddFunc:    func(c *Compact[*corev1.Pod], _ bool) { adds = append(adds, string(c.UID())) },
@@ -34,7 +36,9 @@ func TestCompactInformer_HoldsEncodedObjectsAndDecodesAFreshOneOnEachRead(t *tes
 
 		c, ok := inf.GetByKey(Key{Namespace: "shop", Name: "web-1"})
 		require.True(t, ok)
-		assert.Equal(t, "web", c.Labels()["app"])
+		assert.Equal(t, "web", c.Labels().Get("app"))
+		assert.True(t, labels.SelectorFromSet(labels.Set{"app": "web"}).Matches(c.Labels()))
+		assert.False(t, c.Labels().Has("tier"))
 		assert.Positive(t, c.Len())
 		got, err := c.Object()
 		require.NoError(t, err)
@@ -46,6 +50,9 @@ func TestCompactInformer_HoldsEncodedObjectsAndDecodesAFreshOneOnEachRead(t *tes
 		require.NoError(t, err)
 		assert.Equal(t, "node-1", again.Spec.NodeName, "each read is a fresh object")
 
+		shop, err := inf.IndexKeys(NamespaceIndex, "shop")
+		require.NoError(t, err)
+		assert.Len(t, shop, 2)
 		web, err := inf.ByIndex(LabelIndex, "app=web")
 		require.NoError(t, err)
 		require.Len(t, web, 1)
