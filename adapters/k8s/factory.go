@@ -306,22 +306,30 @@ func acquire[T Object](f *Factory, kind string, req Request[T], newLW func(Optio
 		strip: req.StripManagedFields, transformName: req.TransformName}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.shutdown {
-		return nil, ErrFactoryShutdown
-	}
-	e := f.entries[key]
-	if e == nil {
-		e = &entry{f: f, key: key}
+	for {
+		if f.shutdown {
+			return nil, ErrFactoryShutdown
+		}
+		if e := f.entries[key]; e != nil {
+			e.refs++
+			h := &Handle[T]{e: e}
+			h.inf.Store(e.inf.(*mirror.Informer[Key, T]))
+			return h, nil
+		}
+		// The caller's constructor runs without the lock, so that it
+		// may use the factory; a request for the same key meanwhile
+		// makes one too, and the first one stored wins.
+		f.mu.Unlock()
+		e := &entry{f: f, key: key}
 		e.inf = newFactoryInformer(f, e, req, newLW)
-		f.entries[key] = e
-		if f.ctx != nil {
-			f.startLocked(e)
+		f.mu.Lock()
+		if f.entries[key] == nil && !f.shutdown {
+			f.entries[key] = e
+			if f.ctx != nil {
+				f.startLocked(e)
+			}
 		}
 	}
-	e.refs++
-	h := &Handle[T]{e: e}
-	h.inf.Store(e.inf.(*mirror.Informer[Key, T]))
-	return h, nil
 }
 
 // newFactoryInformer makes the informer of an entry.

@@ -281,3 +281,33 @@ func TestFactory_ResourceGoneIsReportedOnceAndRetriedSlowly(t *testing.T) {
 		assert.True(t, ok)
 	})
 }
+
+func TestFactory_ConcurrentRequestsShareOneInformer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		_, newLW, _ := podSource(t, labelled("a", "p", nil))
+		f := quietFactory(FactoryOptions{})
+		f.Start(context.Background())
+		req := Request[*corev1.Pod]{Resource: Resource{GVR: podsGVR}}
+		handles := make([]*Handle[*corev1.Pod], 8)
+		var wg sync.WaitGroup
+		for i := range handles {
+			wg.Go(func() {
+				h, err := Typed(f, req, newLW)
+				assert.NoError(t, err)
+				handles[i] = h
+			})
+		}
+		wg.Wait()
+		assert.Equal(t, 1, f.Len())
+		for _, h := range handles[1:] {
+			assert.Same(t, handles[0].Informer(), h.Informer())
+		}
+		require.NoError(t, handles[0].WaitForSync(t.Context()))
+		for _, h := range handles {
+			h.Release()
+		}
+		assert.Equal(t, 0, f.Len())
+		// The bubble fails if an informer made by a request that lost
+		// the race, or the shared one, still runs.
+	})
+}
