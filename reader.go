@@ -80,6 +80,13 @@ func (inf *Informer[K, T]) IndexKeys(indexName, indexedValue string) ([]K, error
 	return inf.cache.IndexKeys(indexName, indexedValue)
 }
 
+// IndexLen returns how many cached objects have the value indexedValue
+// for the index indexName, or 0 if there is no such index (see
+// Indexer.IndexLen).
+func (inf *Informer[K, T]) IndexLen(indexName, indexedValue string) int {
+	return inf.cache.IndexLen(indexName, indexedValue)
+}
+
 // ByIndexAll yields the cached keys and objects whose index indexName has
 // the value indexedValue, like All (see Indexer.ByIndexAll).
 func (inf *Informer[K, T]) ByIndexAll(indexName, indexedValue string) iter.Seq2[K, T] {

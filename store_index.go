@@ -115,6 +115,20 @@ func (i *Indexer[K, T]) IndexKeys(indexName, indexedValue string) ([]K, error) {
 	return keys, nil
 }
 
+// IndexLen returns how many objects have indexedValue among their values
+// for the named index, without copying them: a query that can be served
+// from several index values can start from the fewest. It returns 0 if
+// there is no such index.
+func (i *Indexer[K, T]) IndexLen(indexName, indexedValue string) int {
+	i.mu.RLock()
+	defer i.mu.RUnlock()
+	_, ix, err := i.indexLocked(indexName)
+	if err != nil {
+		return 0
+	}
+	return len(ix[indexedValue])
+}
+
 // ByIndexAll yields the keys and objects that have indexedValue among their
 // values for the named index, in no particular order, without copying them
 // first. If there is no such index it yields nothing; use ByIndex or

@@ -523,6 +523,20 @@ func TestIndexer_IndexKeys(t *testing.T) {
 	assert.Empty(t, keys)
 }
 
+func TestIndexer_IndexLenCountsObjectsUnderAValue(t *testing.T) {
+	i := newTestIndexer()
+	require.NoError(t, i.Add(testObj{ns: "a", name: "x"}))
+	require.NoError(t, i.Add(testObj{ns: "a", name: "y"}))
+	require.NoError(t, i.Add(testObj{ns: "b", name: "z"}))
+	assert.Equal(t, 2, i.IndexLen("ns", "a"))
+	assert.Equal(t, 1, i.IndexLen("ns", "b"))
+	assert.Equal(t, 0, i.IndexLen("ns", "none"))
+	assert.Equal(t, 0, i.IndexLen("no-such-index", "a"))
+	_, existed := i.DeleteKey("a/x")
+	require.True(t, existed)
+	assert.Equal(t, 1, i.IndexLen("ns", "a"))
+}
+
 func TestIndexer_NilIndexFuncIndexesNothing(t *testing.T) {
 	i := NewIndexer(testKey, Indexers[testObj]{"nil": nil})
 	require.NoError(t, i.Add(testObj{name: "x"}))

@@ -4,6 +4,8 @@ go 1.26.0
 
 require (
 	github.com/listwatch/mirror v0.1.0
+	github.com/listwatch/mirror/adapters/k8s v0.1.0
+	k8s.io/api v0.37.1
 	k8s.io/apimachinery v0.37.1
 	k8s.io/client-go v0.37.1
 	sigs.k8s.io/controller-runtime v0.25.2
@@ -53,7 +55,6 @@ require (
 	google.golang.org/protobuf v1.36.12-0.20260120151049-f2248ac996af // indirect
 	gopkg.in/evanphx/json-patch.v4 v4.13.0 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
-	k8s.io/api v0.37.1 // indirect
 	k8s.io/klog/v2 v2.140.0 // indirect
 	k8s.io/kube-openapi v0.0.0-20260721132016-d427ff9ee9ad // indirect
 	k8s.io/utils v0.0.0-20260626114624-be93311217bd // indirect
@@ -64,3 +65,5 @@ require (
 )
 
 replace github.com/listwatch/mirror => ../
+
+replace github.com/listwatch/mirror/adapters/k8s => ../adapters/k8s

@@ -31,25 +31,39 @@ import (
 // its handler, the informer stops, and mirrorPods returns once all have.
 func mirrorPods(ctx context.Context, clientset kubernetes.Interface, cfg config, out io.Writer) error {
 	p := &printer{out: out}
-	pods := clientset.CoreV1().Pods(cfg.namespace)
-	// Keyed by namespace and name, indexed by namespace; a relisted Pod
-	// whose resource version did not change is no update, and a Pod
-	// re-created under its name (a new UID) is a delete and an add.
-	opts := k8s.InformerOptions[*corev1.Pod]{
-		Name:     "pods",
-		Indexers: mirror.Indexers[*corev1.Pod]{runningOnIndex: indexRunningOn},
-	}
 	var metrics http.Handler
+	var factoryOpts k8s.FactoryOptions
 	var queueOpts workqueue.Options // the controller's queue
 	if cfg.metricsAddr != "" {
 		m, h, err := newMetrics()
 		if err != nil {
 			return err
 		}
-		opts.Metrics, queueOpts.Metrics, metrics = m, m, h
+		factoryOpts.Metrics, queueOpts.Metrics, metrics = m, m, h
 	}
-	inf := k8s.NewInformer(k8s.New[*corev1.Pod](pods.List, pods.Watch, k8s.Options{LabelSelector: cfg.selector}), opts)
-	reg, err := inf.AddEventHandler(mirror.HandlerFuncs[*corev1.Pod]{
+	// The factory shares one informer among every part of the program
+	// that asks for the same Pods, and stops it when the last releases it.
+	factory := k8s.NewFactory(factoryOpts)
+	defer factory.Shutdown()
+	pods, err := k8s.Typed(factory, k8s.Request[*corev1.Pod]{
+		Name: "pods",
+		Resource: k8s.Resource{GVR: corev1.SchemeGroupVersion.WithResource("pods"),
+			Namespace: cfg.namespace, LabelSelector: cfg.selector},
+		// No controller here reads managedFields: do not hold them.
+		StripManagedFields: true,
+	}, func(ns string, o k8s.Options) mirror.ListWatcher[*corev1.Pod] {
+		pods := clientset.CoreV1().Pods(ns)
+		return k8s.New[*corev1.Pod](pods.List, pods.Watch, o)
+	})
+	if err != nil {
+		return err
+	}
+	defer pods.Release()
+	inf := pods.Informer()
+	if err := inf.AddIndexers(mirror.Indexers[*corev1.Pod]{runningOnIndex: indexRunningOn}); err != nil {
+		return err
+	}
+	reg, err := pods.AddEventHandler(mirror.HandlerFuncs[*corev1.Pod]{
 		AddFunc: func(pod *corev1.Pod, initial bool) {
 			if !initial {
 				p.printf("add    %s/%s  %s on %q", pod.Namespace, pod.Name, pod.Status.Phase, pod.Spec.NodeName)
@@ -95,11 +109,7 @@ func mirrorPods(ctx context.Context, clientset kubernetes.Interface, cfg config,
 		context.AfterFunc(ctx, func() { srv.Close() })
 		p.printf("serving metrics at http://%s/metrics", ln.Addr())
 	}
-	wg.Go(func() {
-		if err := inf.Run(ctx); err != nil {
-			p.printf("informer: %v", err) // only for a second Run
-		}
-	})
+	factory.Start(ctx)
 
 	wg.Go(func() {
 		if err := loop.Run(ctx); err != nil {

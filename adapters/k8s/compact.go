@@ -1,0 +1,240 @@
+package k8s
+
+import (
+	"context"
+	"fmt"
+	"maps"
+
+	"github.com/listwatch/mirror"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// A decoded Kubernetes object costs about twice its JSON in memory, in
+// every informer: client-go's, controller-runtime's and ours hold the
+// same objects. A compact cache holds each object as its protobuf
+// encoding instead, with the few fields that keys, versions, identities
+// and label selectors need beside it, and decodes a fresh object on every
+// read. It trades CPU per read for memory; and since every read gets an
+// object of its own, a caller may modify what it reads, which a shared
+// cache forbids.
+
+// ProtoObject is an Object with the generated protobuf methods of the
+// Kubernetes API types (*corev1.Pod, *metav1.PartialObjectMetadata, and
+// every type of k8s.io/api).
+type ProtoObject interface {
+	Object
+	// Marshal returns the object's protobuf encoding.
+	Marshal() ([]byte, error)
+	// Unmarshal sets the object from its protobuf encoding.
+	Unmarshal(data []byte) error
+}
+
+// Compact is an object of type T held as its protobuf encoding, with its
+// key, resource version, UID and labels beside it. It is immutable.
+type Compact[T ProtoObject] struct {
+	key    Key
+	rv     string
+	uid    types.UID
+	labels pairs
+	raw    []byte
+	newT   func() T
+}
+
+// Key returns the object's namespace and name.
+func (c *Compact[T]) Key() Key { return c.key }
+
+// ResourceVersion returns the object's resource version.
+func (c *Compact[T]) ResourceVersion() string { return c.rv }
+
+// UID returns the object's UID.
+func (c *Compact[T]) UID() types.UID { return c.uid }
+
+// Labels returns the object's labels, for a labels.Selector's Matches.
+func (c *Compact[T]) Labels() labels.Labels { return c.labels }
+
+// pairs holds labels as keys and values in turn: a few strings in one
+// slice, where a map of them costs a few hundred bytes more per object.
+type pairs []string
+
+func newPairs(m map[string]string) pairs {
+	if len(m) == 0 {
+		return nil
+	}
+	p := make(pairs, 0, 2*len(m))
+	for k, v := range m {
+		p = append(p, k, v)
+	}
+	return p
+}
+
+// Lookup returns the value of the label key and whether there is one.
+func (p pairs) Lookup(key string) (string, bool) {
+	for i := 0; i+1 < len(p); i += 2 {
+		if p[i] == key {
+			return p[i+1], true
+		}
+	}
+	return "", false
+}
+
+// Has reports whether there is a label key.
+func (p pairs) Has(key string) bool {
+	_, ok := p.Lookup(key)
+	return ok
+}
+
+// Get returns the value of the label key, or "".
+func (p pairs) Get(key string) string {
+	v, _ := p.Lookup(key)
+	return v
+}
+
+// Len returns the length of the object's encoding.
+func (c *Compact[T]) Len() int { return len(c.raw) }
+
+// Object decodes the object and returns it. Each call returns a new
+// object, which the caller owns and may modify. It fails only if the
+// encoding cannot be decoded, which a Compact made by CompactListWatcher
+// never has.
+func (c *Compact[T]) Object() (T, error) {
+	obj := c.newT()
+	if err := obj.Unmarshal(c.raw); err != nil {
+		var zero T
+		return zero, fmt.Errorf("k8s: decode %s: %w", c.key, err)
+	}
+	return obj, nil
+}
+
+// CompactListWatcher returns a ListWatcher of the objects lw lists and
+// watches, each encoded as a Compact after transform, if set, has run on
+// it (StripManagedFields, for one). newT returns a new empty T, such as
+// func() *corev1.Pod { return new(corev1.Pod) }. An object that cannot
+// be encoded, or that transform fails on, is reported as an
+// *mirror.ObjectError and skipped.
+func CompactListWatcher[T ProtoObject](lw mirror.ListWatcher[T], newT func() T, transform mirror.TransformFunc[T]) mirror.ListWatcher[*Compact[T]] {
+	return &compactLW[T]{lw: lw, newT: newT, transform: transform}
+}
+
+type compactLW[T ProtoObject] struct {
+	lw        mirror.ListWatcher[T]
+	newT      func() T
+	transform mirror.TransformFunc[T]
+}
+
+func (c *compactLW[T]) compact(obj T) (_ *Compact[T], err error) {
+	key := Key{Namespace: obj.GetNamespace(), Name: obj.GetName()}
+	defer func() {
+		if err != nil {
+			err = &mirror.ObjectError{Key: key.String(), ResourceVersion: obj.GetResourceVersion(), Err: err}
+		}
+	}()
+	if c.transform != nil {
+		if obj, err = c.transform(obj); err != nil {
+			return nil, err
+		}
+	}
+	raw, err := obj.Marshal()
+	if err != nil {
+		return nil, fmt.Errorf("k8s: encode: %w", err)
+	}
+	return &Compact[T]{key: key, rv: obj.GetResourceVersion(), uid: obj.GetUID(),
+		labels: newPairs(obj.GetLabels()), raw: raw, newT: c.newT}, nil
+}
+
+// PrefersStreamingList passes on lw's preference, if it has one.
+func (c *compactLW[T]) PrefersStreamingList() bool {
+	p, ok := c.lw.(mirror.StreamingListPreferrer)
+	return ok && p.PrefersStreamingList()
+}
+
+func (c *compactLW[T]) List(ctx context.Context, opts mirror.ListOptions) (mirror.ListResult[*Compact[T]], error) {
+	res, err := c.lw.List(ctx, opts)
+	out := mirror.ListResult[*Compact[T]]{ResourceVersion: res.ResourceVersion, Continue: res.Continue, Skipped: res.Skipped}
+	if err != nil {
+		return out, err
+	}
+	out.Items = make([]*Compact[T], 0, len(res.Items))
+	var zero T
+	for i, obj := range res.Items {
+		res.Items[i] = zero // the decoded object goes once encoded
+		cobj, err := c.compact(obj)
+		if err != nil {
+			out.Skipped = append(out.Skipped, err)
+			continue
+		}
+		out.Items = append(out.Items, cobj)
+	}
+	return out, nil
+}
+
+func (c *compactLW[T]) Watch(ctx context.Context, opts mirror.WatchOptions) (mirror.Watcher[*Compact[T]], error) {
+	w, err := c.lw.Watch(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &compactWatcher[T]{w: w, c: c}, nil
+}
+
+type compactWatcher[T ProtoObject] struct {
+	w mirror.Watcher[T]
+	c *compactLW[T]
+}
+
+func (w *compactWatcher[T]) Next(ctx context.Context) (mirror.Event[*Compact[T]], error) {
+	ev, err := w.w.Next(ctx)
+	out := mirror.Event[*Compact[T]]{Type: ev.Type, ResourceVersion: ev.ResourceVersion,
+		InitialEventsEnd: ev.InitialEventsEnd, KeyOnly: ev.KeyOnly, Err: ev.Err}
+	if err != nil || ev.Type == mirror.EventBookmark || ev.Type == mirror.EventError {
+		return out, err
+	}
+	cobj, cerr := w.c.compact(ev.Object)
+	if cerr != nil {
+		// Reported, and the stream goes on, as for an object the
+		// client could not decode.
+		out.Type, out.Err = mirror.EventError, cerr
+		return out, nil
+	}
+	out.Object = cobj
+	return out, nil
+}
+
+func (w *compactWatcher[T]) Stop() { w.w.Stop() }
+
+// NewCompactInformer returns an informer of Compact objects, wired as
+// NewInformer wires one of T: keyed by namespace and name, indexed by
+// namespace (NamespaceIndex), versioned by resource version, identified
+// by UID. For label selectors served from an index, add
+// IndexCompactByLabels under LabelIndex to opts.Indexers. Fields of opts
+// the caller set are kept, and so is an index of the caller's named
+// NamespaceIndex. Read an object with GetByKey and then Compact.Object.
+func NewCompactInformer[T ProtoObject](lw mirror.ListWatcher[*Compact[T]], opts mirror.InformerOptions[Key, *Compact[T]]) *mirror.Informer[Key, *Compact[T]] {
+	if opts.KeyFunc == nil {
+		opts.KeyFunc = func(c *Compact[T]) (Key, error) { return c.key, nil }
+	}
+	if _, ok := opts.Indexers[NamespaceIndex]; !ok {
+		indexers := maps.Clone(opts.Indexers)
+		if indexers == nil {
+			indexers = make(mirror.Indexers[*Compact[T]], 1)
+		}
+		indexers[NamespaceIndex] = func(c *Compact[T]) ([]string, error) { return []string{c.key.Namespace}, nil }
+		opts.Indexers = indexers
+	}
+	if opts.ResourceVersion == nil {
+		opts.ResourceVersion = func(c *Compact[T]) string { return c.rv }
+	}
+	if opts.SameObject == nil {
+		opts.SameObject = func(cached, incoming *Compact[T]) bool { return cached.uid == incoming.uid }
+	}
+	return mirror.NewInformer(lw, opts)
+}
+
+// IndexCompactByLabels indexes a Compact object under each of its labels,
+// as "key=value", as IndexByLabels does a decoded one. It never fails.
+func IndexCompactByLabels[T ProtoObject](c *Compact[T]) ([]string, error) {
+	vals := make([]string, 0, len(c.labels)/2)
+	for i := 0; i+1 < len(c.labels); i += 2 {
+		vals = append(vals, c.labels[i]+"="+c.labels[i+1])
+	}
+	return vals, nil
+}
