@@ -28,6 +28,10 @@ import (
 // for it. A version that is not well formed gets an error wrapping
 // mirror.ErrInvalidVersion.
 func (lw *ListWatcher[T]) CompareVersions(a, b string) (int, error) {
+	return compareResourceVersions(a, b)
+}
+
+func compareResourceVersions(a, b string) (int, error) {
 	c, err := resourceversion.CompareResourceVersion(a, b)
 	if err != nil {
 		return 0, fmt.Errorf("k8s: %w: %w", mirror.ErrInvalidVersion, err)
@@ -63,4 +67,22 @@ func (lw *ListWatcher[T]) CurrentVersion(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("k8s: current version of %s: %w", lw.what, err)
 	}
 	return lm.GetResourceVersion(), nil
+}
+
+// CompareVersions orders resource versions as ListWatcher.CompareVersions
+// does: a compact informer of a Kubernetes resource can wait for a
+// version and serve consistent reads too.
+func (c *compactLW[T]) CompareVersions(a, b string) (int, error) {
+	return compareResourceVersions(a, b)
+}
+
+// CurrentVersion passes on the current version of the ListWatcher the
+// compact one wraps; one that cannot say it gets an error wrapping
+// errors.ErrUnsupported.
+func (c *compactLW[T]) CurrentVersion(ctx context.Context) (string, error) {
+	cv, ok := c.lw.(mirror.CurrentVersioner)
+	if !ok {
+		return "", fmt.Errorf("k8s: compact: the wrapped ListWatcher cannot say its current version: %w", errors.ErrUnsupported)
+	}
+	return cv.CurrentVersion(ctx)
 }

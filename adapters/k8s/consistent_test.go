@@ -64,3 +64,41 @@ func TestCompareVersions_OrdersResourceVersionsOfOneResource(t *testing.T) {
 		require.ErrorIs(t, err, mirror.ErrInvalidVersion, "%q", bad)
 	}
 }
+
+func TestCompactListWatcher_PassesOnTheVersionOrderAndTheCurrentVersion(t *testing.T) {
+	list := func(context.Context, metav1.ListOptions) (*corev1.PodList, error) {
+		return &corev1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "42"}}, nil
+	}
+	clw := CompactListWatcher(New[*corev1.Pod](list, nil, Options{}), func() *corev1.Pod { return new(corev1.Pod) }, nil)
+
+	cv, ok := clw.(mirror.CurrentVersioner)
+	require.True(t, ok, "a compact informer must serve consistent reads as a plain one does")
+	v, err := cv.CurrentVersion(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, "42", v)
+
+	vc, ok := clw.(mirror.VersionComparer)
+	require.True(t, ok)
+	c, err := vc.CompareVersions("9", "10")
+	require.NoError(t, err)
+	assert.Equal(t, -1, c)
+	_, err = vc.CompareVersions("abc", "1")
+	require.ErrorIs(t, err, mirror.ErrInvalidVersion)
+}
+
+func TestCompactListWatcher_OverASourceWithoutACurrentVersionSaysUnsupported(t *testing.T) {
+	clw := CompactListWatcher[*corev1.Pod](plainLW{}, func() *corev1.Pod { return new(corev1.Pod) }, nil)
+	_, err := clw.(mirror.CurrentVersioner).CurrentVersion(t.Context())
+	require.ErrorIs(t, err, errors.ErrUnsupported)
+}
+
+// plainLW is a ListWatcher with no optional capability.
+type plainLW struct{}
+
+func (plainLW) List(context.Context, mirror.ListOptions) (mirror.ListResult[*corev1.Pod], error) {
+	return mirror.ListResult[*corev1.Pod]{}, nil
+}
+
+func (plainLW) Watch(context.Context, mirror.WatchOptions) (mirror.Watcher[*corev1.Pod], error) {
+	return nil, errors.ErrUnsupported
+}
