@@ -40,9 +40,9 @@ type InformerMetrics interface {
 	// objects it held and how long it took, from its first request to
 	// its last page (or, for a streaming list, to its closing bookmark).
 	Listed(cause ListCause, objects int, took time.Duration)
-	// Applied is called with the time from an event's arrival at the
-	// Reflector to the informer applying it to its cache, for a sample
-	// of the events.
+	// Applied is called with the time from an event's arrival in the
+	// informer's queue (the Reflector handing it over) to the informer
+	// applying it to its cache, for a sample of the events.
 	Applied(latency time.Duration)
 	// Delivered is called with the time from the informer applying a
 	// change to a handler being called with it, for a sample of the
