@@ -148,19 +148,20 @@ func TestFactory_ConsumersShareInformersAndTheLastReleaseStopsThem(t *testing.T)
 	assert.Empty(t, errs.all())
 }
 
-// gadgets is the custom resource that TestFactory_CustomResourceDeleted...
-// deletes and creates again; no other test uses it.
-var gadgets = schema.GroupVersionResource{Group: "mirror.example.com", Version: "v1", Resource: "gadgets"}
+// sprockets is the custom resource that TestFactory_CustomResourceDeleted...
+// deletes and creates again; no other test uses it (permanent_test.go
+// relies on gadgets of the same group never being installed).
+var sprockets = schema.GroupVersionResource{Group: "mirror.example.com", Version: "v1", Resource: "sprockets"}
 
-func gadgetCRD() *apiextensionsv1.CustomResourceDefinition {
+func sprocketCRD() *apiextensionsv1.CustomResourceDefinition {
 	return &apiextensionsv1.CustomResourceDefinition{
-		ObjectMeta: metav1.ObjectMeta{Name: gadgets.Resource + "." + gadgets.Group},
+		ObjectMeta: metav1.ObjectMeta{Name: sprockets.Resource + "." + sprockets.Group},
 		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
-			Group: gadgets.Group,
-			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: gadgets.Resource, Singular: "gadget", Kind: "Gadget", ListKind: "GadgetList"},
+			Group: sprockets.Group,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: sprockets.Resource, Singular: "sprocket", Kind: "Sprocket", ListKind: "SprocketList"},
 			Scope: apiextensionsv1.NamespaceScoped,
 			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
-				Name: gadgets.Version, Served: true, Storage: true,
+				Name: sprockets.Version, Served: true, Storage: true,
 				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
 					Type: "object", XPreserveUnknownFields: new(true),
 				}},
@@ -169,9 +170,9 @@ func gadgetCRD() *apiextensionsv1.CustomResourceDefinition {
 	}
 }
 
-func gadget(ns, name string) *unstructured.Unstructured {
+func sprocket(ns, name string) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": gadgets.GroupVersion().String(), "kind": "Gadget", "spec": map[string]any{"n": int64(1)},
+		"apiVersion": sprockets.GroupVersion().String(), "kind": "Sprocket", "spec": map[string]any{"n": int64(1)},
 	}}
 	u.SetNamespace(ns)
 	u.SetName(name)
@@ -187,15 +188,15 @@ func TestFactory_CustomResourceDeletedAndCreatedAgainWhileInformed(t *testing.T)
 	ctx := context.Background()
 	define := func() {
 		t.Helper()
-		_, err := crds.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, gadgetCRD(), metav1.CreateOptions{})
+		_, err := crds.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, sprocketCRD(), metav1.CreateOptions{})
 		require.NoError(t, err)
 		require.EventuallyWithT(t, func(ct *assert.CollectT) {
-			_, err := c.dynamic.Resource(gadgets).Namespace(ns).Create(ctx, gadget(ns, "probe"), metav1.CreateOptions{})
-			assert.True(ct, err == nil || apierrors.IsAlreadyExists(err), "the server serves %v: %v", gadgets, err)
+			_, err := c.dynamic.Resource(sprockets).Namespace(ns).Create(ctx, sprocket(ns, "probe"), metav1.CreateOptions{})
+			assert.True(ct, err == nil || apierrors.IsAlreadyExists(err), "the server serves %v: %v", sprockets, err)
 		}, convergeTimeout, 50*time.Millisecond)
 	}
 	define()
-	_, err = c.dynamic.Resource(gadgets).Namespace(ns).Create(ctx, gadget(ns, "g1"), metav1.CreateOptions{})
+	_, err = c.dynamic.Resource(sprockets).Namespace(ns).Create(ctx, sprocket(ns, "g1"), metav1.CreateOptions{})
 	require.NoError(t, err)
 
 	var errs factoryErrors
@@ -206,7 +207,7 @@ func TestFactory_CustomResourceDeletedAndCreatedAgainWhileInformed(t *testing.T)
 	})
 	f.Start(ctx)
 	defer f.Shutdown()
-	h, err := k8s.Dynamic(f, k8s.Request[*unstructured.Unstructured]{Resource: k8s.Resource{GVR: gadgets, Namespace: ns}})
+	h, err := k8s.Dynamic(f, k8s.Request[*unstructured.Unstructured]{Resource: k8s.Resource{GVR: sprockets, Namespace: ns}})
 	require.NoError(t, err)
 	defer h.Release()
 	wctx, cancel := context.WithTimeout(ctx, convergeTimeout)
@@ -215,9 +216,9 @@ func TestFactory_CustomResourceDeletedAndCreatedAgainWhileInformed(t *testing.T)
 	require.Equal(t, []string{"g1", "probe"}, cachedNames(h.Informer()))
 
 	// The definition goes, and its objects with it.
-	require.NoError(t, crds.ApiextensionsV1().CustomResourceDefinitions().Delete(ctx, gadgetCRD().Name, metav1.DeleteOptions{}))
+	require.NoError(t, crds.ApiextensionsV1().CustomResourceDefinitions().Delete(ctx, sprocketCRD().Name, metav1.DeleteOptions{}))
 	require.Eventually(t, func() bool {
-		_, err := crds.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, gadgetCRD().Name, metav1.GetOptions{})
+		_, err := crds.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, sprocketCRD().Name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err)
 	}, convergeTimeout, 50*time.Millisecond)
 	require.Eventually(t, h.Gone, convergeTimeout, 10*time.Millisecond)
@@ -226,7 +227,7 @@ func TestFactory_CustomResourceDeletedAndCreatedAgainWhileInformed(t *testing.T)
 
 	// The definition comes back: so does the informer, by itself.
 	define()
-	_, err = c.dynamic.Resource(gadgets).Namespace(ns).Create(ctx, gadget(ns, "g2"), metav1.CreateOptions{})
+	_, err = c.dynamic.Resource(sprockets).Namespace(ns).Create(ctx, sprocket(ns, "g2"), metav1.CreateOptions{})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		return !h.Gone() && fmt.Sprint(cachedNames(h.Informer())) == "[g2 probe]"
@@ -241,7 +242,7 @@ func TestFactory_CustomResourceDeletedAndCreatedAgainWhileInformed(t *testing.T)
 
 	h.Release()
 	assert.Equal(t, 0, f.Len())
-	require.NoError(t, crds.ApiextensionsV1().CustomResourceDefinitions().Delete(ctx, gadgetCRD().Name, metav1.DeleteOptions{}))
+	require.NoError(t, crds.ApiextensionsV1().CustomResourceDefinitions().Delete(ctx, sprocketCRD().Name, metav1.DeleteOptions{}))
 }
 
 // factoryErrors records a factory's reports.
