@@ -102,11 +102,20 @@ func (o ConsistentOptions) progressInterval() time.Duration {
 // errors.ErrUnsupported; a failure to learn the current version is
 // returned wrapped.
 func (inf *Informer[K, T]) Consistent(ctx context.Context, opts ConsistentOptions) (Reader[K, T], error) {
+	return inf.readAt(ctx, opts, inf.currentVersion)
+}
+
+// readAt is a read bounded by opts: it waits, asking the source for
+// progress, until the cache has applied the version want returns (want
+// runs within the bound), and returns the informer; once the bound has
+// passed, a read of the source if opts.Fallback is set, else a
+// *StaleError wrapping ErrNotCurrent.
+func (inf *Informer[K, T]) readAt(ctx context.Context, opts ConsistentOptions, want func(context.Context) (string, error)) (Reader[K, T], error) {
 	bctx, cancel := context.WithTimeout(ctx, opts.timeout())
 	defer cancel()
-	want, err := inf.currentVersion(bctx)
+	v, err := want(bctx)
 	if err == nil {
-		err = inf.waitProgressing(bctx, want, opts.progressInterval())
+		err = inf.waitProgressing(bctx, v, opts.progressInterval())
 	}
 	if err == nil {
 		return inf, nil
@@ -235,18 +244,4 @@ func (inf *Informer[K, T]) readSource(ctx context.Context) (Reader[K, T], error)
 		inf.report(err)
 	}
 	return idx, nil
-}
-
-// transformGuarded applies f to obj, returning its failure or panic (a
-// *PanicError) as a transform error naming obj.
-func transformGuarded[T any](f TransformFunc[T], obj T) (out T, err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = transformError(obj, panicked(v))
-		}
-	}()
-	if out, err = f(obj); err != nil {
-		err = transformError(obj, err)
-	}
-	return out, err
 }

@@ -474,7 +474,19 @@ func (s fifoSyncWatch[K, T]) Replace(list []T, rv string) error {
 func (s fifoSyncWatch[K, T]) listChunk(items []T) error { return s.inf.fifo.listChunk(items) }
 
 func (s fifoSyncWatch[K, T]) listDone(rv string) error { return s.after(s.inf.fifo.listDone(rv)) }
-func (s fifoSyncWatch[K, T]) event(ev Event[T]) error  { return s.after(s.inf.fifo.event(ev)) }
+
+// event is the Reflector's path for every watch event. An addition or an
+// update queues its key, so the pop that applies it publishes the version
+// (one whose key or transform fails leaves it to the next event); only
+// the other events, which may queue nothing, look for a drained queue.
+func (s fifoSyncWatch[K, T]) event(ev Event[T]) error {
+	err := s.inf.fifo.event(ev)
+	if ev.Type == EventAdded || ev.Type == EventModified {
+		s.inf.checkFIFOSynced()
+		return err
+	}
+	return s.after(err)
+}
 
 func (s fifoSyncWatch[K, T]) listFailed() { s.inf.fifo.listFailed() }
 

@@ -97,6 +97,20 @@ func keyOfGuarded[K comparable, T any](f KeyFunc[K, T], obj T) (key K, err error
 	return keyOf(f, obj)
 }
 
+// transformGuarded applies f to obj, returning its failure or panic (a
+// *PanicError) as a transform error naming obj.
+func transformGuarded[T any](f TransformFunc[T], obj T) (out T, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = transformError(obj, panicked(v))
+		}
+	}()
+	if out, err = f(obj); err != nil {
+		err = transformError(obj, err)
+	}
+	return out, err
+}
+
 // callbackFailure returns the error of obj, whose key is key, on which the
 // key function or the transform (fn) panicked with v. The function that
 // recovered must call it (see panicked).

@@ -109,21 +109,12 @@ func (inf *Informer[K, T]) GetAfterWrite(ctx context.Context, key K, opts Consis
 		item, exists = inf.cache.GetByKey(key)
 		return item, exists, nil
 	}
-	bctx, cancel := context.WithTimeout(ctx, opts.timeout())
-	defer cancel()
-	err = inf.waitProgressing(bctx, v, opts.progressInterval())
-	if err == nil {
-		inf.pendingWrite(key) // forget it, if no newer write came meanwhile
-		item, exists = inf.cache.GetByKey(key)
-		return item, exists, nil
-	}
-	err = inf.boundPassed(ctx, err)
-	if !opts.Fallback || !errors.Is(err, ErrNotCurrent) {
-		return item, false, err
-	}
-	r, err := inf.readSource(ctx)
+	r, err := inf.readAt(ctx, opts, func(context.Context) (string, error) { return v, nil })
 	if err != nil {
 		return item, false, err
+	}
+	if r == Reader[K, T](inf) {
+		inf.pendingWrite(key) // forget it, if no newer write came meanwhile
 	}
 	item, exists = r.GetByKey(key)
 	return item, exists, nil
