@@ -38,9 +38,9 @@ import (
 // once. With the in-order queue (the default), Run reads the source (the
 // watch, and the list if the version is gone) as soon as it has read the
 // checkpoint's version, while the objects load; what it reads is applied
-// once they are in. Handlers registered before Run, or while it loads the checkpoint,
-// are first handed the checkpoint's objects as initial adds, unless their
-// HandlerOptions.ChangesOnly is set.
+// once they are in. Handlers registered before Run, or while it loads
+// the checkpoint, are first handed the checkpoint's objects as initial
+// adds, unless their HandlerOptions.ChangesOnly is set.
 type CheckpointOptions[T any] struct {
 	// Path is the checkpoint's file; empty means no checkpoint. Its
 	// directory must exist.
