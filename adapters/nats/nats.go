@@ -13,8 +13,12 @@
 // successors the bucket has dropped (a key's history limit reached, a
 // purge, PurgeDeletes, a TTL or the bucket's MaxAge). The adapter watches
 // the whole bucket, whose revisions are consecutive, so that any revision
-// missing from what it delivers is one the bucket dropped: the watch then
-// ends with an error wrapping mirror.ErrExpired, and the Reflector relists.
+// missing from what it delivers is one the bucket dropped, and it checks,
+// once the client reports the watch caught up, that it has delivered up
+// to the bucket's last revision when the watch started, so that a dropped
+// revision with nothing after it (a deletion written last, which
+// PurgeDeletes removes) is caught too: the watch then ends with an error
+// wrapping mirror.ErrExpired, and the Reflector relists.
 // A refused connection, a lost server or a timeout is mirror.ErrUnavailable;
 // refused credentials or permissions, and a bucket that does not exist, are
 // mirror.ErrPermanent. A value that fails to decode is reported with its

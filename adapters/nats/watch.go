@@ -39,9 +39,12 @@ var (
 //
 // A revision after the start that the bucket no longer holds, so that the
 // watch would miss what it was (see the package documentation), ends the
-// watch with an error wrapping mirror.ErrExpired, as does a start before
-// the bucket's first revision or after its last (a bucket deleted and
-// created again starts its revisions afresh). The loss of the connection
+// watch with an error wrapping mirror.ErrExpired, at the first revision
+// delivered after it or, when nothing up to the bucket's last revision at
+// the start follows it, once the client reports the watch caught up. So
+// does a start before the bucket's first revision or after its last (a
+// bucket deleted and created again starts its revisions afresh). The
+// loss of the connection
 // to the server ends it with mirror.ErrUnavailable; the Reflector then
 // watches again from the last revision it saw. opts.Timeout, if positive,
 // ends it with io.EOF. With opts.AllowBookmarks, the watch sends one
@@ -84,7 +87,7 @@ func (lw *ListWatcher[V]) Watch(ctx context.Context, opts mirror.WatchOptions) (
 			lw.bucket, after+1, state.FirstSeq, mirror.ErrExpired)
 	}
 
-	w := &watcher[V]{lw: lw, next: after + 1, from: after + 1, bookmarks: opts.AllowBookmarks}
+	w := &watcher[V]{lw: lw, next: after + 1, from: after + 1, last: state.LastSeq, bookmarks: opts.AllowBookmarks}
 	wctx, stop := context.WithCancelCause(ctx)
 	w.ctx, w.stop = wctx, stop
 	if opts.Timeout > 0 {
@@ -142,6 +145,9 @@ type watcher[V any] struct {
 	// from is the first revision asked for; next is the revision the
 	// next entry must have.
 	from, next uint64
+	// last is the bucket's last revision when the watch started: the
+	// client's caught-up marker must come after it has been delivered.
+	last uint64
 	// bookmarks is set if the caller allows bookmarks.
 	bookmarks bool
 	// err, once set, is what every later Next returns.
@@ -169,7 +175,16 @@ func (w *watcher[V]) Next(ctx context.Context) (mirror.Event[Object[V]], error) 
 			}
 			if e == nil {
 				// The client's marker that the watch has delivered
-				// every revision the bucket held when it started.
+				// every revision the bucket held when it started. A
+				// revision up to the bucket's last one at the start
+				// that never came was dropped since (PurgeDeletes
+				// removing a deletion written last): no later entry
+				// would reveal the gap, which only a relist repairs.
+				if w.next <= w.last {
+					w.lw.stats.expired.Add(1)
+					return zero, w.fail(fmt.Errorf("%s: revisions %d to %d are no longer in the bucket: %w",
+						w.name(), w.next, w.last, mirror.ErrExpired))
+				}
 				if w.bookmarks {
 					return mirror.Event[Object[V]]{Type: mirror.EventBookmark, ResourceVersion: formatRev(w.next - 1)}, nil
 				}

@@ -23,10 +23,13 @@ type recorder struct {
 	notes map[string][]string
 	state map[string]string
 	errs  []string // notifications that contradict the state
+	// unknown counts, per key, the deletions whose final state was
+	// unknown (the informer found the key gone when it relisted).
+	unknown map[string]int
 }
 
 func newRecorder() *recorder {
-	return &recorder{notes: map[string][]string{}, state: map[string]string{}}
+	return &recorder{notes: map[string][]string{}, state: map[string]string{}, unknown: map[string]int{}}
 }
 
 func (r *recorder) handler() mirror.Handler[natsmirror.KV] {
@@ -49,11 +52,14 @@ func (r *recorder) handler() mirror.Handler[natsmirror.KV] {
 			r.state[o.Key] = string(o.Value)
 			r.notes[o.Key] = append(r.notes[o.Key], "update "+string(o.Value))
 		},
-		DeleteFunc: func(o natsmirror.KV, _ bool) {
+		DeleteFunc: func(o natsmirror.KV, finalStateUnknown bool) {
 			r.mu.Lock()
 			defer r.mu.Unlock()
 			if _, ok := r.state[o.Key]; !ok {
 				r.errs = append(r.errs, "delete of an absent key "+o.Key)
+			}
+			if finalStateUnknown {
+				r.unknown[o.Key]++
 			}
 			delete(r.state, o.Key)
 			r.notes[o.Key] = append(r.notes[o.Key], "delete "+string(o.Value))
@@ -66,6 +72,14 @@ func (r *recorder) since(key string, n int) []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return slices.Clone(r.notes[key][n:])
+}
+
+// finalStateUnknown returns how many deletions of key had an unknown final
+// state.
+func (r *recorder) finalStateUnknown(key string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.unknown[key]
 }
 
 func (r *recorder) snapshot() map[string]string {
@@ -232,4 +246,93 @@ func TestInformer_ServerRestartKeepsTheMirrorExact(t *testing.T) {
 	assert.Equal(t, []string{"update v2"}, rec.since("b", 1))
 	assert.Equal(t, bucketState(t, kv), cacheState(inf))
 	assert.Empty(t, rec.errs)
+}
+
+// TestInformer_DeletionPurgedWhileCutRelists cuts the mirror off, deletes
+// a key so that its deletion is the bucket's last revision, and removes
+// that deletion with PurgeDeletes: the resumed watch has nothing to
+// deliver and no later revision to reveal the gap, yet it must end
+// expired once caught up, so that the informer relists and the key leaves
+// the mirror, reported once, its final state unknown. Nothing is written
+// after the purge: a later write would reveal the gap by itself.
+func TestInformer_DeletionPurgedWhileCutRelists(t *testing.T) {
+	srv := startServer(t)
+	px := startProxy(t, srv.srv.Addr().String())
+	_, writer := connect(t, srv.url())
+	kv := newBucket(t, writer, jetstream.KeyValueConfig{History: 5})
+	for _, k := range []string{"a", "b", "c"} {
+		put(t, kv, k, "v1")
+	}
+	_, js := connect(t, px.url())
+	lw := natsmirror.New(js, "mirror", natsmirror.Options{})
+	inf, rec := runInformer(t, lw)
+
+	px.setCut(true)
+	require.NoError(t, kv.Delete(t.Context(), "c"))
+	require.NoError(t, kv.PurgeDeletes(t.Context(), jetstream.DeleteMarkersOlderThan(-1)))
+	px.setCut(false)
+
+	require.Eventually(t, func() bool {
+		_, held := inf.GetByKey("c")
+		return !held
+	}, 30*time.Second, 5*time.Millisecond, "c, deleted while cut off, stays in the mirror")
+	require.Eventually(t, func() bool { return len(rec.since("c", 1)) > 0 }, 30*time.Second, 5*time.Millisecond)
+	assert.Equal(t, []string{"delete v1"}, rec.since("c", 1))
+	assert.Equal(t, 1, rec.finalStateUnknown("c"))
+	assert.Empty(t, rec.since("a", 1))
+	assert.Empty(t, rec.since("b", 1))
+	assert.Equal(t, bucketState(t, kv), cacheState(inf))
+	st := lw.Stats()
+	assert.Equal(t, int64(2), st.Lists, "one relist")
+	assert.Equal(t, int64(1), st.Expired)
+	assert.Empty(t, rec.errs)
+}
+
+// TestInformer_QuietCutResumesWithoutRelist cuts the mirror off while
+// nothing is written, including when the bucket's last revision is a
+// deletion it still holds: the resumed watch, caught up at once, goes on
+// without a relist.
+func TestInformer_QuietCutResumesWithoutRelist(t *testing.T) {
+	tests := []struct {
+		name string
+		// last writes the bucket's last revision before the mirror
+		// starts.
+		last func(t *testing.T, kv jetstream.KeyValue)
+	}{
+		{"last revision a put", func(t *testing.T, kv jetstream.KeyValue) { put(t, kv, "b", "v2") }},
+		{"last revision a deletion", func(t *testing.T, kv jetstream.KeyValue) {
+			require.NoError(t, kv.Delete(t.Context(), "b"))
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := startServer(t)
+			px := startProxy(t, srv.srv.Addr().String())
+			_, js := connect(t, px.url())
+			_, writer := connect(t, srv.url())
+			kv := newBucket(t, writer, jetstream.KeyValueConfig{History: 5})
+			put(t, kv, "a", "v1")
+			put(t, kv, "b", "v1")
+			tt.last(t, kv)
+			lw := natsmirror.New(js, "mirror", natsmirror.Options{})
+			inf, rec := runInformer(t, lw)
+
+			watches := lw.Stats().Watches
+			px.setCut(true)
+			px.setCut(false)
+			// A watch opened after the cut holds the client's
+			// caught-up marker before the marker key waitCurrent
+			// writes: a relist it caused would come first.
+			require.Eventually(t, func() bool {
+				return lw.Stats().Watches > watches && inf.Freshness().Err == nil
+			}, 30*time.Second, 5*time.Millisecond, "the watch never resumed")
+			waitCurrent(t, kv, rec)
+
+			assert.Equal(t, bucketState(t, kv), cacheState(inf))
+			st := lw.Stats()
+			assert.Equal(t, int64(1), st.Lists, "no relist")
+			assert.Zero(t, st.Expired)
+			assert.Empty(t, rec.errs)
+		})
+	}
 }

@@ -190,6 +190,13 @@ func TestWatch_ExpiresWhenTheBucketDroppedARevisionAfterTheStart(t *testing.T) {
 			put(t, kv, "b", "1")
 			require.NoError(t, kv.Purge(t.Context(), "b"))
 		}},
+		{"PurgeDeletes of a deletion written last", 5, func(t *testing.T, kv jetstream.KeyValue) {
+			// Nothing follows the deletion: the gap shows only
+			// once the watch has caught up.
+			put(t, kv, "b", "1")
+			require.NoError(t, kv.Delete(t.Context(), "a"))
+			require.NoError(t, kv.PurgeDeletes(t.Context(), jetstream.DeleteMarkersOlderThan(-1)))
+		}},
 		{"PurgeDeletes", 5, func(t *testing.T, kv jetstream.KeyValue) {
 			require.NoError(t, kv.Delete(t.Context(), "a"))
 			put(t, kv, "c", "1")
@@ -215,6 +222,52 @@ func TestWatch_ExpiresWhenTheBucketDroppedARevisionAfterTheStart(t *testing.T) {
 			}
 			require.ErrorIs(t, err, mirror.ErrExpired)
 			assert.Equal(t, int64(1), lw.Stats().Expired)
+		})
+	}
+}
+
+// TestWatch_CaughtUpWithNothingDroppedDoesNotExpire resumes watches that
+// miss nothing, including from the bucket's last revision and when that
+// revision is a deletion the bucket still holds: each reports itself
+// caught up with a bookmark at the bucket's last revision.
+func TestWatch_CaughtUpWithNothingDroppedDoesNotExpire(t *testing.T) {
+	tests := []struct {
+		name string
+		// from is the revision the watch starts after, of the four
+		// revisions: put a, put b, put a, and then the last.
+		from uint64
+		// last writes the bucket's fourth and last revision.
+		last func(t *testing.T, kv jetstream.KeyValue)
+	}{
+		{"from the last revision, a put", 4, func(t *testing.T, kv jetstream.KeyValue) { put(t, kv, "c", "1") }},
+		{"from the last revision, a deletion", 4, func(t *testing.T, kv jetstream.KeyValue) {
+			require.NoError(t, kv.Delete(t.Context(), "b"))
+		}},
+		{"from before the last revision, a deletion", 2, func(t *testing.T, kv jetstream.KeyValue) {
+			require.NoError(t, kv.Delete(t.Context(), "b"))
+		}},
+		{"from revision 0", 0, func(t *testing.T, kv jetstream.KeyValue) { put(t, kv, "c", "1") }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := testContext(t)
+			srv := startServer(t)
+			_, js := connect(t, srv.url())
+			kv := newBucket(t, js, jetstream.KeyValueConfig{History: 5})
+			put(t, kv, "a", "1")
+			put(t, kv, "b", "1")
+			put(t, kv, "a", "2")
+			tt.last(t, kv)
+
+			lw := natsmirror.New(js, "mirror", natsmirror.Options{})
+			w, err := lw.Watch(ctx, mirror.WatchOptions{ResourceVersion: strconv.FormatUint(tt.from, 10), AllowBookmarks: true})
+			require.NoError(t, err)
+			defer w.Stop()
+			for rev := tt.from + 1; rev <= 4; rev++ {
+				assert.Equal(t, strconv.FormatUint(rev, 10), next(t, w).ResourceVersion)
+			}
+			assert.Equal(t, mirror.Event[natsmirror.KV]{Type: mirror.EventBookmark, ResourceVersion: "4"}, next(t, w))
+			assert.Zero(t, lw.Stats().Expired)
 		})
 	}
 }
