@@ -44,15 +44,14 @@ var (
 // the start follows it, once the client reports the watch caught up. So
 // does a start before the bucket's first revision or after its last (a
 // bucket deleted and created again starts its revisions afresh). The
-// loss of the connection
-// to the server ends it with mirror.ErrUnavailable; the Reflector then
-// watches again from the last revision it saw. opts.Timeout, if positive,
-// ends it with io.EOF. With opts.AllowBookmarks, the watch sends one
-// EventBookmark once it has delivered every revision the bucket held when
-// it started, carrying the last revision it delivered (or the one it
-// started after): the mirror is then known to be current.
-// opts.SendInitialEvents is not supported: Watch then returns an error
-// wrapping errors.ErrUnsupported.
+// loss of the connection to the server ends it with
+// mirror.ErrUnavailable; the Reflector then watches again from the last
+// revision it saw. opts.Timeout, if positive, ends it with io.EOF. With
+// opts.AllowBookmarks, the watch sends one EventBookmark once it has
+// delivered every revision the bucket held when it started, carrying the
+// last revision it delivered (or the one it started after): the mirror is
+// then known to be current. opts.SendInitialEvents is not supported: Watch
+// then returns an error wrapping errors.ErrUnsupported.
 func (lw *ListWatcher[V]) Watch(ctx context.Context, opts mirror.WatchOptions) (mirror.Watcher[Object[V]], error) {
 	if opts.SendInitialEvents {
 		return nil, fmt.Errorf("nats: watch bucket %q: streaming list: %w", lw.bucket, errors.ErrUnsupported)
