@@ -21,9 +21,9 @@ type InformerOptions[V any] = mirror.InformerOptions[string, Object[V]]
 //     key of the bucket.
 //   - SameObject is left unset: NATS records no creation revision, so a
 //     key's states are all taken for one object. A key deleted and created
-//     again reaches handlers as OnDelete then OnAdd whenever the watch sees
-//     the deletion, which it does as long as the bucket holds it (see the
-//     package documentation).
+//     again reaches handlers as OnDelete then OnAdd when the watch delivers
+//     both, and as OnUpdate when a relist comes first (see the package
+//     documentation).
 //   - With Checkpoint.Path set (see mirror.CheckpointOptions),
 //     Checkpoint.Codec is a Codec with its default Values: an Object's
 //     revision and time in a compact binary form, and its value as it is

@@ -30,17 +30,20 @@
 // mirror.CheckpointOptions) with Codec. ListWatcher.Stats counts the lists
 // and watches it started.
 //
-// A key's identity: NATS records no creation revision, and a bucket that
-// keeps one revision per key (the default History of 1) drops a deletion as
-// soon as the key is written again. A watch that sees a key's deletion and
-// its re-creation reports a deletion then an addition, so a mirror cut off
-// from the bucket reports a re-created key exactly so as long as the bucket
-// still holds the deletion when the watch resumes (History of 2 or more
-// keeps it until the key has been written that many more times). When the
-// bucket has dropped it, the watch ends with mirror.ErrExpired and the
-// relist that follows sees only the key's latest value: then, as the
-// bucket keeps no trace of the deletion, the key reaches handlers as an
-// update.
+// A key's identity: NATS records no creation revision, so a key deleted
+// and re-created reaches handlers as a deletion then an addition only when
+// the watch delivers both, which it does when every revision after the
+// mirror's is still in the bucket as the watch resumes. A revision gone
+// from the bucket, the key's or any other's (a History limit reached, a
+// purge of a key written since, PurgeDeletes, a TTL or MaxAge), ends the
+// watch with mirror.ErrExpired at the first one missing, and the relist
+// that follows reads each key's latest value alone: a key deleted and
+// re-created after the last revision the watch delivered then reaches
+// handlers as an update, even while the bucket still holds its deletion.
+// A mirror cut off from the bucket reports every re-creation as a deletion
+// then an addition only if the bucket drops none of the revisions written
+// meanwhile: a History at least the number of writes to any one key
+// meanwhile, and no purge, PurgeDeletes, TTL or MaxAge removing them.
 package nats
 
 import (

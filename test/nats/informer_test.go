@@ -221,6 +221,52 @@ func TestInformer_HistoryExceededWhileCutRelists(t *testing.T) {
 	assert.Empty(t, rec.errs)
 }
 
+// TestInformer_RelistForAnotherKeysGapReportsARecreatedKeyAsAnUpdate
+// pins what the package documentation promises of a key deleted and
+// re-created while the mirror is cut off, when a revision of another key
+// is gone: the watch ends expired at that gap, before the deletion, and
+// the relist reads only each key's latest value, so the re-created key
+// reaches handlers as an update, though the bucket still holds its
+// deletion.
+func TestInformer_RelistForAnotherKeysGapReportsARecreatedKeyAsAnUpdate(t *testing.T) {
+	srv := startServer(t)
+	px := startProxy(t, srv.srv.Addr().String())
+	_, writer := connect(t, srv.url())
+	kv := newBucket(t, writer, jetstream.KeyValueConfig{History: 5})
+	for _, k := range []string{"a", "b", "c"} {
+		put(t, kv, k, "v1")
+	}
+	_, js := connect(t, px.url())
+	lw := natsmirror.New(js, "mirror", natsmirror.Options{})
+	inf, rec := runInformer(t, lw)
+
+	px.setCut(true)
+	put(t, kv, "b", "v2")
+	require.NoError(t, kv.Purge(t.Context(), "b")) // drops b's v2, the first revision the watch needs
+	require.NoError(t, kv.Delete(t.Context(), "c"))
+	put(t, kv, "c", "v2")
+	px.setCut(false)
+	waitCurrent(t, kv, rec)
+
+	var ops []jetstream.KeyValueOp
+	history, err := kv.History(t.Context(), "c")
+	require.NoError(t, err)
+	for _, e := range history {
+		ops = append(ops, e.Operation())
+	}
+	require.Contains(t, ops, jetstream.KeyValueDelete, "the bucket holds c's deletion")
+
+	assert.Equal(t, []string{"update v2"}, rec.since("c", 1))
+	assert.Equal(t, []string{"delete v1"}, rec.since("b", 1))
+	assert.Equal(t, 1, rec.finalStateUnknown("b"))
+	assert.Empty(t, rec.since("a", 1))
+	assert.Equal(t, bucketState(t, kv), cacheState(inf))
+	st := lw.Stats()
+	assert.Equal(t, int64(2), st.Lists, "one relist")
+	assert.Equal(t, int64(1), st.Expired)
+	assert.Empty(t, rec.errs)
+}
+
 // TestInformer_ServerRestartKeepsTheMirrorExact restarts the server (its
 // store kept) under the mirror, with changes before and after.
 func TestInformer_ServerRestartKeepsTheMirrorExact(t *testing.T) {
