@@ -2,6 +2,7 @@ package nats_test
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -13,12 +14,18 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// purgeAll makes PurgeDeletes remove every deletion marker, however recent.
+var purgeAll = jetstream.DeleteMarkersOlderThan(-1)
+
 // TestInformer_RandomRunMatchesTheBucket writes, deletes, purges and
-// re-creates keys at random while the mirror is cut off from the server
-// and restored at random, and the server restarted once, then checks the
-// mirror against the bucket's own state: the cache and what the handler
-// was told both equal it, no notification contradicts the one before, and
-// a key that never left the bucket was never reported deleted.
+// re-creates keys, and purges deletions (PurgeDeletes), at random while
+// the mirror is cut off from the server and restored at random, and the
+// server restarted once. It ends with a quiet cut-off: a key deleted while
+// the mirror is cut off, its deletion the bucket's last revision, purged
+// by PurgeDeletes, and nothing written after. It then checks the mirror
+// against the bucket's own state: the cache and what the handler was told
+// both equal it, no notification contradicts the one before, and a key
+// that never left the bucket was never reported deleted.
 func TestInformer_RandomRunMatchesTheBucket(t *testing.T) {
 	for _, history := range []uint8{1, 4} {
 		t.Run(fmt.Sprintf("history %d", history), func(t *testing.T) {
@@ -55,6 +62,8 @@ func TestInformer_RandomRunMatchesTheBucket(t *testing.T) {
 				case r < 85:
 					write(func() error { return kv.Purge(t.Context(), k) })
 					left[k] = true
+				case r < 90:
+					write(func() error { return kv.PurgeDeletes(t.Context(), purgeAll) })
 				default:
 					px.setCut(rng.IntN(2) == 0)
 				}
@@ -63,9 +72,21 @@ func TestInformer_RandomRunMatchesTheBucket(t *testing.T) {
 				}
 			}
 			px.setCut(false)
-			waitCurrent(t, kv, rec)
+			waitCurrent(t, kv, rec) // the mirror holds zz
+
+			// The quiet cut-off: no later write reveals that the
+			// deletion of zz is gone.
+			px.setCut(true)
+			write(func() error { return kv.Delete(t.Context(), "zz") })
+			left["zz"] = true
+			write(func() error { return kv.PurgeDeletes(t.Context(), purgeAll) })
+			px.setCut(false)
 
 			want := bucketState(t, kv)
+			require.NotContains(t, want, "zz")
+			require.Eventually(t, func() bool {
+				return maps.Equal(want, cacheState(inf)) && maps.Equal(want, rec.snapshot())
+			}, 30*time.Second, 5*time.Millisecond, "the mirror never converged")
 			assert.Equal(t, want, cacheState(inf))
 			assert.Equal(t, want, rec.snapshot())
 			assert.Empty(t, rec.errs)
