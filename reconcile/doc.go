@@ -7,7 +7,7 @@
 // made is reconciled ahead of the keys of an initial list, a relist or a
 // resync queued before it, and aging bounds how long those wait. A key
 // whose Reconcile fails is retried after its own backoff; one whose error
-// wraps ErrPermanent is reported and dropped; a Result can ask for the key
+// wraps ErrTerminal is reported and dropped; a Result can ask for the key
 // again after a delay.
 //
 //	loop := reconcile.New(reconcile.Func[string](func(ctx context.Context, key string) (reconcile.Result, error) {

@@ -206,7 +206,7 @@ func (l *Loop[K]) process(ctx context.Context, key K) *Error[K] {
 		return nil // the loop is stopping, not failing
 	}
 	e := &Error[K]{Loop: l.opts.Name, Key: key, Err: err, Retries: l.q.NumRequeues(key)}
-	if errors.Is(err, ErrPermanent) {
+	if errors.Is(err, ErrTerminal) {
 		e.Dropped = true
 		l.q.Forget(key)
 	} else {

@@ -17,7 +17,7 @@ import (
 // when the loop stops.
 //
 // A nil error with a zero Result means the key is done. An error means
-// the key is retried after its backoff, unless it wraps ErrPermanent. A
+// the key is retried after its backoff, unless it wraps ErrTerminal. A
 // panic is recovered and counts as an error (a *mirror.PanicError).
 type Reconciler[K comparable] interface {
 	// Reconcile makes the world match the current state of key's
@@ -40,29 +40,29 @@ type Result struct {
 	RequeueAfter time.Duration
 }
 
-// ErrPermanent marks an error that retrying will not cure: a Reconcile
-// error wrapping it is reported and the key dropped (its retry count
-// reset), until a change queues the key again. Wrap it with Permanent or
-// with fmt.Errorf's %w.
+// ErrTerminal marks a terminal error, one that retrying will not cure: a
+// Reconcile error wrapping it is reported and the key dropped (its retry
+// count reset) until a change queues the key again. Wrap an error with
+// Terminal or with fmt.Errorf's %w.
 //
-// It is not mirror.ErrPermanent, a source's refusal: a Reconcile error
-// wrapping that one is retried as any other.
-var ErrPermanent = errors.New("reconcile: permanent error")
+// A source's refusal (mirror.ErrPermanent) is not terminal: a Reconcile
+// error wrapping it is retried as any other.
+var ErrTerminal = errors.New("reconcile: terminal error")
 
-// Permanent returns err marked permanent: errors.Is finds both err and
-// ErrPermanent in it, and its message is err's. Permanent(nil) is nil.
-func Permanent(err error) error {
+// Terminal returns err marked terminal: errors.Is finds both err and
+// ErrTerminal in it, and its message is err's. Terminal(nil) is nil.
+func Terminal(err error) error {
 	if err == nil {
 		return nil
 	}
-	return permanentError{err}
+	return terminalError{err}
 }
 
-type permanentError struct{ err error }
+type terminalError struct{ err error }
 
-func (e permanentError) Error() string        { return e.err.Error() }
-func (e permanentError) Unwrap() error        { return e.err }
-func (e permanentError) Is(target error) bool { return target == ErrPermanent }
+func (e terminalError) Error() string        { return e.err.Error() }
+func (e terminalError) Unwrap() error        { return e.err }
+func (e terminalError) Is(target error) bool { return target == ErrTerminal }
 
 // ErrStarted is returned by Loop.Run when the loop has run already, and by
 // Watch once Run has been called.
@@ -77,7 +77,7 @@ type Error[K comparable] struct {
 	Key K
 	// Err is Reconcile's error, or a *mirror.PanicError if it panicked.
 	Err error
-	// Dropped is set when the key is not retried: Err wraps ErrPermanent.
+	// Dropped is set when the key is not retried: Err wraps ErrTerminal.
 	Dropped bool
 	// Retries is the number of times the key had been retried, since it
 	// last succeeded or was dropped, before this failure.

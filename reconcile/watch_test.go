@@ -109,7 +109,7 @@ func TestLoop_LogsFailures(t *testing.T) {
 			if calls == 1 {
 				panic("boom")
 			}
-			return reconcile.Result{}, reconcile.Permanent(errors.New("no such thing"))
+			return reconcile.Result{}, reconcile.Terminal(errors.New("no such thing"))
 		})
 		g := startRig(t, func(*rig) reconcile.Reconciler[string] { return r },
 			reconcile.Options{Name: "logged", Logger: logger}, item{Name: "a"})
