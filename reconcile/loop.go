@@ -24,6 +24,12 @@ type Options struct {
 	Workers int
 	// Queue configures the loop's queue: aging, per-key backoff, metrics.
 	Queue workqueue.Options
+	// MaxRetries, if positive, bounds the retries of a failing key: a
+	// key whose Reconcile fails MaxRetries+1 times in a row is reported
+	// as given up (an *Error with Dropped set) and forgotten, until a
+	// change queues it again. Zero or less means no bound: the key is
+	// retried until it succeeds, after the queue's backoff.
+	MaxRetries int
 	// Priority ranks the key of a watched change by the change's origin.
 	// Nil means DefaultPriority.
 	Priority func(mirror.Origin) workqueue.Priority
@@ -206,10 +212,14 @@ func (l *Loop[K]) process(ctx context.Context, key K) *Error[K] {
 		return nil // the loop is stopping, not failing
 	}
 	e := &Error[K]{Loop: l.opts.Name, Key: key, Err: err, Retries: l.q.NumRequeues(key)}
-	if errors.Is(err, ErrTerminal) {
+	switch {
+	case errors.Is(err, ErrTerminal):
 		e.Dropped = true
 		l.q.Forget(key)
-	} else {
+	case l.opts.MaxRetries > 0 && e.Retries >= l.opts.MaxRetries:
+		e.Dropped = true
+		l.q.Forget(key)
+	default:
 		l.q.AddRateLimited(key) // before Done, which would forget the count
 	}
 	return e
@@ -239,16 +249,23 @@ func (l *Loop[K]) report(e *Error[K]) {
 		l.opts.ErrorHandler(e)
 		return
 	}
+	msg := "reconcile failed"
+	switch {
+	case e.gaveUp():
+		msg = "reconcile gave up on key"
+	case e.Dropped:
+		msg = "reconcile dropped key"
+	}
 	attrs := []slog.Attr{
 		slog.String("loop", l.opts.Name),
 		slog.Any("key", e.Key),
+		slog.Int("attempts", e.Retries+1),
 		slog.Bool("dropped", e.Dropped),
-		slog.Int("retries", e.Retries),
 		slog.Any("err", e.Err),
 	}
 	var p *mirror.PanicError
 	if errors.As(e.Err, &p) {
 		attrs = append(attrs, slog.String("stack", string(p.Stack)))
 	}
-	l.opts.Logger.LogAttrs(context.Background(), slog.LevelError, "reconcile failed", attrs...)
+	l.opts.Logger.LogAttrs(context.Background(), slog.LevelError, msg, attrs...)
 }

@@ -77,24 +77,36 @@ type Error[K comparable] struct {
 	Key K
 	// Err is Reconcile's error, or a *mirror.PanicError if it panicked.
 	Err error
-	// Dropped is set when the key is not retried: Err wraps ErrTerminal.
+	// Dropped is set when the key is not retried: Err wraps ErrTerminal,
+	// or the key has failed Options.MaxRetries+1 times in a row.
 	Dropped bool
 	// Retries is the number of times the key had been retried, since it
-	// last succeeded or was dropped, before this failure.
+	// last succeeded or was dropped, before this failure: this failure
+	// is attempt Retries+1.
 	Retries int
 }
 
-// Error implements error.
+// Error implements error. It names the loop, the key and the attempt, and
+// says whether the key will be retried.
 func (e *Error[K]) Error() string {
-	what := "will retry"
-	if e.Dropped {
-		what = "dropped"
+	var what string
+	switch {
+	case e.gaveUp():
+		what = fmt.Sprintf("gave up after %d attempts", e.Retries+1)
+	case e.Dropped:
+		what = fmt.Sprintf("attempt %d failed, terminal error, dropped", e.Retries+1)
+	default:
+		what = fmt.Sprintf("attempt %d failed, will retry", e.Retries+1)
 	}
+	loop := "reconcile"
 	if e.Loop != "" {
-		return fmt.Sprintf("reconcile %q: key %v (%s): %v", e.Loop, e.Key, what, e.Err)
+		loop = fmt.Sprintf("reconcile %q", e.Loop)
 	}
-	return fmt.Sprintf("reconcile: key %v (%s): %v", e.Key, what, e.Err)
+	return fmt.Sprintf("%s: key %v: %s: %v", loop, e.Key, what, e.Err)
 }
+
+// gaveUp reports whether the key was dropped for failing too often.
+func (e *Error[K]) gaveUp() bool { return e.Dropped && !errors.Is(e.Err, ErrTerminal) }
 
 // Unwrap returns Err.
 func (e *Error[K]) Unwrap() error { return e.Err }
