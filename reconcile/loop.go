@@ -36,7 +36,7 @@ type Options struct {
 	// ErrorHandler, if not nil, is called with an *Error[K] for each
 	// failed Reconcile, from the worker, once the key has been let go of.
 	// Nil logs the failure through Logger at Error level, with the
-	// stack of a panic.
+	// stack of a key's first panic (see Error.Err).
 	ErrorHandler func(error)
 	// Logger is where failures are logged when ErrorHandler is nil. Nil
 	// means slog.Default().
@@ -56,6 +56,7 @@ type Loop[K comparable] struct {
 	mu      sync.Mutex
 	started bool
 	watched []watch
+	stacked map[K]struct{} // keys whose panic's stack was reported
 }
 
 // watch is a handler Watch registered, to wait for and to remove.
@@ -76,7 +77,7 @@ func New[K comparable](r Reconciler[K], opts Options) *Loop[K] {
 	if opts.Queue.Name == "" {
 		opts.Queue.Name = opts.Name
 	}
-	l := &Loop[K]{r: r, opts: opts, priority: opts.Priority, q: workqueue.New[K](opts.Queue)}
+	l := &Loop[K]{r: r, opts: opts, priority: opts.Priority, q: workqueue.New[K](opts.Queue), stacked: map[K]struct{}{}}
 	if l.priority == nil {
 		l.priority = DefaultPriority
 	}
@@ -202,7 +203,7 @@ func (l *Loop[K]) process(ctx context.Context, key K) *Error[K] {
 	defer l.q.Done(key)
 	res, err := l.call(ctx, key)
 	if err == nil {
-		l.q.Forget(key)
+		l.forget(key)
 		if res.RequeueAfter > 0 {
 			l.q.AddAfter(key, res.RequeueAfter)
 		}
@@ -215,22 +216,40 @@ func (l *Loop[K]) process(ctx context.Context, key K) *Error[K] {
 	switch {
 	case errors.Is(err, ErrTerminal):
 		e.Dropped = true
-		l.q.Forget(key)
+		l.forget(key)
 	case l.opts.MaxRetries > 0 && e.Retries >= l.opts.MaxRetries:
 		e.Dropped = true
-		l.q.Forget(key)
+		l.forget(key)
 	default:
 		l.q.AddRateLimited(key) // before Done, which would forget the count
 	}
 	return e
 }
 
-// call calls Reconcile and turns a panic into a *mirror.PanicError.
+// forget resets key's retry count and its panic's reported stack: the
+// key succeeded, or is dropped.
+func (l *Loop[K]) forget(key K) {
+	l.q.Forget(key)
+	l.mu.Lock()
+	delete(l.stacked, key)
+	l.mu.Unlock()
+}
+
+// call calls Reconcile and turns a panic into a *mirror.PanicError, with
+// the stack on the key's first panic only (see forget).
 func (l *Loop[K]) call(ctx context.Context, key K) (res Result, err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			// Stack from here still shows where the panic happened.
-			err = &mirror.PanicError{Value: v, Stack: debug.Stack()}
+			p := &mirror.PanicError{Value: v}
+			l.mu.Lock()
+			_, reported := l.stacked[key]
+			l.stacked[key] = struct{}{}
+			l.mu.Unlock()
+			if !reported {
+				// Stack from here still shows where the panic happened.
+				p.Stack = debug.Stack()
+			}
+			err = p
 		}
 	}()
 	return l.r.Reconcile(ctx, key)
@@ -261,10 +280,9 @@ func (l *Loop[K]) report(e *Error[K]) {
 		slog.Any("key", e.Key),
 		slog.Int("attempts", e.Retries+1),
 		slog.Bool("dropped", e.Dropped),
-		slog.Any("err", e.Err),
+		slog.String("err", errText(e.Err)),
 	}
-	var p *mirror.PanicError
-	if errors.As(e.Err, &p) {
+	if p, ok := e.Err.(*mirror.PanicError); ok && len(p.Stack) > 0 {
 		attrs = append(attrs, slog.String("stack", string(p.Stack)))
 	}
 	l.opts.Logger.LogAttrs(context.Background(), slog.LevelError, msg, attrs...)

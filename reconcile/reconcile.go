@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
+
+	"github.com/listwatch/mirror"
 )
 
 // Reconciler makes the world match the state of the object named by a key.
@@ -18,7 +21,7 @@ import (
 //
 // A nil error with a zero Result means the key is done. An error means
 // the key is retried after its backoff, unless it wraps ErrTerminal. A
-// panic is recovered and counts as an error (a *mirror.PanicError).
+// panic is recovered and counts as an error (see Error.Err).
 type Reconciler[K comparable] interface {
 	// Reconcile makes the world match the current state of key's
 	// object, or the absence of one.
@@ -75,7 +78,9 @@ type Error[K comparable] struct {
 	Loop string
 	// Key is the key that failed.
 	Key K
-	// Err is Reconcile's error, or a *mirror.PanicError if it panicked.
+	// Err is Reconcile's error, or a *mirror.PanicError if it panicked,
+	// whose Stack is set on the key's first panic only, until the key
+	// succeeds or is dropped.
 	Err error
 	// Dropped is set when the key is not retried: Err wraps ErrTerminal,
 	// or the key has failed Options.MaxRetries+1 times in a row.
@@ -102,7 +107,50 @@ func (e *Error[K]) Error() string {
 	if e.Loop != "" {
 		loop = fmt.Sprintf("reconcile %q", e.Loop)
 	}
-	return fmt.Sprintf("%s: key %v: %s: %v", loop, e.Key, what, e.Err)
+	return fmt.Sprintf("%s: key %v: %s: %s", loop, e.Key, what, errText(e.Err))
+}
+
+// errText is err's message, but for a panic of Reconcile (which the loop
+// returns as is, not wrapped) one line naming the panic value's type and,
+// for a string, an error or a number, its text, capped: never an object's
+// contents.
+func errText(err error) string {
+	p, ok := err.(*mirror.PanicError)
+	if !ok {
+		return err.Error()
+	}
+	var text string
+	switch v := p.Value.(type) {
+	case string:
+		text = v
+	case error:
+		text = safeErrorText(v)
+	case bool, int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64, uintptr, float32, float64:
+		text = fmt.Sprint(v)
+	default:
+		return fmt.Sprintf("panic (%T)", p.Value)
+	}
+	if len(text) > maxPanicText {
+		n := maxPanicText
+		for n > 0 && !utf8.RuneStart(text[n]) {
+			n--
+		}
+		text = text[:n] + "…"
+	}
+	return fmt.Sprintf("panic (%T): %q", p.Value, text)
+}
+
+// maxPanicText caps the text of a panic value in a report.
+const maxPanicText = 200
+
+// safeErrorText returns err.Error(), or "" if that panics.
+func safeErrorText(err error) (text string) {
+	defer func() {
+		if recover() != nil {
+			text = ""
+		}
+	}()
+	return err.Error()
 }
 
 // gaveUp reports whether the key was dropped for failing too often.
