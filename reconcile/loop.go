@@ -13,7 +13,8 @@ import (
 )
 
 // Options configures a Loop. The zero value is a loop of one worker, with
-// the queue's defaults, that logs failures through slog.Default().
+// the queue's defaults, that retries a failing key until it succeeds and
+// logs failures through slog.Default().
 type Options struct {
 	// Name names the loop in its errors and logs, the handlers Watch
 	// registers (unless given a name of their own) and the queue's
@@ -24,11 +25,11 @@ type Options struct {
 	Workers int
 	// Queue configures the loop's queue: aging, per-key backoff, metrics.
 	Queue workqueue.Options
-	// MaxRetries, if positive, bounds the retries of a failing key: a
-	// key whose Reconcile fails MaxRetries+1 times in a row is reported
-	// as given up (an *Error with Dropped set) and forgotten, until a
-	// change queues it again. Zero or less means no bound: the key is
-	// retried until it succeeds, after the queue's backoff.
+	// MaxRetries bounds the retries of a failing key. Zero or less, the
+	// default, means no bound: the key is retried, after the queue's
+	// backoff, until it succeeds. A positive MaxRetries gives up on a key
+	// that fails MaxRetries+1 times in a row: its last *Error has Dropped
+	// set, and the key is forgotten until a change queues it again.
 	MaxRetries int
 	// Priority ranks the key of a watched change by the change's origin.
 	// Nil means DefaultPriority.

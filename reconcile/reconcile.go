@@ -20,8 +20,9 @@ import (
 // when the loop stops.
 //
 // A nil error with a zero Result means the key is done. An error means
-// the key is retried after its backoff, unless it wraps ErrTerminal. A
-// panic is recovered and counts as an error (see Error.Err).
+// the key is retried after its backoff, unless it wraps ErrTerminal or
+// the key has used up Options.MaxRetries. A panic is recovered and counts
+// as an error (see Error.Err).
 type Reconciler[K comparable] interface {
 	// Reconcile makes the world match the current state of key's
 	// object, or the absence of one.
