@@ -6,9 +6,11 @@
 // mirror.Origin and the workqueue package's priorities): a change just
 // made is reconciled ahead of the keys of an initial list, a relist or a
 // resync queued before it, and aging bounds how long those wait. A key
-// whose Reconcile fails is retried after its own backoff; one whose error
-// wraps ErrPermanent is reported and dropped; a Result can ask for the key
-// again after a delay.
+// whose Reconcile fails is retried after its own backoff, until it
+// succeeds or, with Options.MaxRetries, until the loop gives up on it; one
+// whose error wraps ErrTerminal (see Terminal) is reported and dropped; a
+// panic counts as an error, its stack reported once per key; a Result can
+// ask for the key again after a delay.
 //
 //	loop := reconcile.New(reconcile.Func[string](func(ctx context.Context, key string) (reconcile.Result, error) {
 //		obj, ok := inf.GetByKey(key)

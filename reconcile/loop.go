@@ -13,7 +13,8 @@ import (
 )
 
 // Options configures a Loop. The zero value is a loop of one worker, with
-// the queue's defaults, that logs failures through slog.Default().
+// the queue's defaults, that retries a failing key until it succeeds and
+// logs failures through slog.Default().
 type Options struct {
 	// Name names the loop in its errors and logs, the handlers Watch
 	// registers (unless given a name of their own) and the queue's
@@ -24,13 +25,19 @@ type Options struct {
 	Workers int
 	// Queue configures the loop's queue: aging, per-key backoff, metrics.
 	Queue workqueue.Options
+	// MaxRetries bounds the retries of a failing key. Zero or less, the
+	// default, means no bound: the key is retried, after the queue's
+	// backoff, until it succeeds. A positive MaxRetries gives up on a key
+	// that fails MaxRetries+1 times in a row: its last *Error has Dropped
+	// set, and the key is forgotten until a change queues it again.
+	MaxRetries int
 	// Priority ranks the key of a watched change by the change's origin.
 	// Nil means DefaultPriority.
 	Priority func(mirror.Origin) workqueue.Priority
 	// ErrorHandler, if not nil, is called with an *Error[K] for each
 	// failed Reconcile, from the worker, once the key has been let go of.
 	// Nil logs the failure through Logger at Error level, with the
-	// stack of a panic.
+	// stack of a key's first panic (see Error.Err).
 	ErrorHandler func(error)
 	// Logger is where failures are logged when ErrorHandler is nil. Nil
 	// means slog.Default().
@@ -50,6 +57,7 @@ type Loop[K comparable] struct {
 	mu      sync.Mutex
 	started bool
 	watched []watch
+	stacked map[K]struct{} // keys whose panic's stack was reported
 }
 
 // watch is a handler Watch registered, to wait for and to remove.
@@ -70,7 +78,7 @@ func New[K comparable](r Reconciler[K], opts Options) *Loop[K] {
 	if opts.Queue.Name == "" {
 		opts.Queue.Name = opts.Name
 	}
-	l := &Loop[K]{r: r, opts: opts, priority: opts.Priority, q: workqueue.New[K](opts.Queue)}
+	l := &Loop[K]{r: r, opts: opts, priority: opts.Priority, q: workqueue.New[K](opts.Queue), stacked: map[K]struct{}{}}
 	if l.priority == nil {
 		l.priority = DefaultPriority
 	}
@@ -196,7 +204,7 @@ func (l *Loop[K]) process(ctx context.Context, key K) *Error[K] {
 	defer l.q.Done(key)
 	res, err := l.call(ctx, key)
 	if err == nil {
-		l.q.Forget(key)
+		l.forget(key)
 		if res.RequeueAfter > 0 {
 			l.q.AddAfter(key, res.RequeueAfter)
 		}
@@ -206,21 +214,43 @@ func (l *Loop[K]) process(ctx context.Context, key K) *Error[K] {
 		return nil // the loop is stopping, not failing
 	}
 	e := &Error[K]{Loop: l.opts.Name, Key: key, Err: err, Retries: l.q.NumRequeues(key)}
-	if errors.Is(err, ErrPermanent) {
+	switch {
+	case errors.Is(err, ErrTerminal):
 		e.Dropped = true
-		l.q.Forget(key)
-	} else {
+		l.forget(key)
+	case l.opts.MaxRetries > 0 && e.Retries >= l.opts.MaxRetries:
+		e.Dropped = true
+		l.forget(key)
+	default:
 		l.q.AddRateLimited(key) // before Done, which would forget the count
 	}
 	return e
 }
 
-// call calls Reconcile and turns a panic into a *mirror.PanicError.
+// forget resets key's retry count and its panic's reported stack: the
+// key succeeded, or is dropped.
+func (l *Loop[K]) forget(key K) {
+	l.q.Forget(key)
+	l.mu.Lock()
+	delete(l.stacked, key)
+	l.mu.Unlock()
+}
+
+// call calls Reconcile and turns a panic into a *mirror.PanicError, with
+// the stack on the key's first panic only (see forget).
 func (l *Loop[K]) call(ctx context.Context, key K) (res Result, err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			// Stack from here still shows where the panic happened.
-			err = &mirror.PanicError{Value: v, Stack: debug.Stack()}
+			p := &mirror.PanicError{Value: v}
+			l.mu.Lock()
+			_, reported := l.stacked[key]
+			l.stacked[key] = struct{}{}
+			l.mu.Unlock()
+			if !reported {
+				// Stack from here still shows where the panic happened.
+				p.Stack = debug.Stack()
+			}
+			err = p
 		}
 	}()
 	return l.r.Reconcile(ctx, key)
@@ -239,16 +269,22 @@ func (l *Loop[K]) report(e *Error[K]) {
 		l.opts.ErrorHandler(e)
 		return
 	}
+	msg := "reconcile failed"
+	switch {
+	case e.gaveUp():
+		msg = "reconcile gave up on key"
+	case e.Dropped:
+		msg = "reconcile dropped key"
+	}
 	attrs := []slog.Attr{
 		slog.String("loop", l.opts.Name),
 		slog.Any("key", e.Key),
+		slog.Int("attempts", e.Retries+1),
 		slog.Bool("dropped", e.Dropped),
-		slog.Int("retries", e.Retries),
-		slog.Any("err", e.Err),
+		slog.String("err", errText(e.Err)),
 	}
-	var p *mirror.PanicError
-	if errors.As(e.Err, &p) {
+	if p, ok := e.Err.(*mirror.PanicError); ok && len(p.Stack) > 0 {
 		attrs = append(attrs, slog.String("stack", string(p.Stack)))
 	}
-	l.opts.Logger.LogAttrs(context.Background(), slog.LevelError, "reconcile failed", attrs...)
+	l.opts.Logger.LogAttrs(context.Background(), slog.LevelError, msg, attrs...)
 }

@@ -171,7 +171,7 @@ var errFlaky = errors.New("flaky")
 // TestLoop_Outcomes pins what the loop does with each outcome of
 // Reconcile: an error retries after the key's backoff (the queue's
 // AddRateLimited), a success forgets the retries, RequeueAfter reconciles
-// again after the delay, a permanent error is reported and dropped, a
+// again after the delay, a terminal error is reported and dropped, a
 // panic is reported with its stack and retried.
 func TestLoop_Outcomes(t *testing.T) {
 	const base = workqueue.DefaultBaseDelay
@@ -213,26 +213,26 @@ func TestLoop_Outcomes(t *testing.T) {
 			wantReported: 1,
 		},
 		{
-			name:         "a Permanent error is reported and dropped",
-			script:       []step{{err: reconcile.Permanent(errFlaky)}},
+			name:         "a Terminal error is reported and dropped",
+			script:       []step{{err: reconcile.Terminal(errFlaky)}},
 			wantRequeues: []int{0},
 			wantReported: 1,
 			wantDropped:  true,
 			check: func(t *testing.T, err error) {
 				assert.ErrorIs(t, err, errFlaky)
-				assert.ErrorIs(t, err, reconcile.ErrPermanent)
+				assert.ErrorIs(t, err, reconcile.ErrTerminal)
 			},
 		},
 		{
-			name:         "an error wrapping ErrPermanent is dropped",
-			script:       []step{{err: fmt.Errorf("bad spec: %w", reconcile.ErrPermanent)}},
+			name:         "an error wrapping ErrTerminal is dropped",
+			script:       []step{{err: fmt.Errorf("bad spec: %w", reconcile.ErrTerminal)}},
 			wantRequeues: []int{0},
 			wantReported: 1,
 			wantDropped:  true,
 		},
 		{
-			name:         "a permanent error forgets the retries",
-			script:       []step{{err: errFlaky}, {err: reconcile.Permanent(errFlaky), change: true}, {}},
+			name:         "a terminal error forgets the retries",
+			script:       []step{{err: errFlaky}, {err: reconcile.Terminal(errFlaky), change: true}, {}},
 			wantRequeues: []int{0, 1, 0},
 			wantGaps:     []time.Duration{base, 0},
 			wantReported: 2,

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
+
+	"github.com/listwatch/mirror"
 )
 
 // Reconciler makes the world match the state of the object named by a key.
@@ -17,8 +20,9 @@ import (
 // when the loop stops.
 //
 // A nil error with a zero Result means the key is done. An error means
-// the key is retried after its backoff, unless it wraps ErrPermanent. A
-// panic is recovered and counts as an error (a *mirror.PanicError).
+// the key is retried after its backoff, unless it wraps ErrTerminal or
+// the key has used up Options.MaxRetries. A panic is recovered and counts
+// as an error (see Error.Err).
 type Reconciler[K comparable] interface {
 	// Reconcile makes the world match the current state of key's
 	// object, or the absence of one.
@@ -40,29 +44,29 @@ type Result struct {
 	RequeueAfter time.Duration
 }
 
-// ErrPermanent marks an error that retrying will not cure: a Reconcile
-// error wrapping it is reported and the key dropped (its retry count
-// reset), until a change queues the key again. Wrap it with Permanent or
-// with fmt.Errorf's %w.
+// ErrTerminal marks a terminal error, one that retrying will not cure: a
+// Reconcile error wrapping it is reported and the key dropped (its retry
+// count reset) until a change queues the key again. Wrap an error with
+// Terminal or with fmt.Errorf's %w.
 //
-// It is not mirror.ErrPermanent, a source's refusal: a Reconcile error
-// wrapping that one is retried as any other.
-var ErrPermanent = errors.New("reconcile: permanent error")
+// A source's refusal (mirror.ErrPermanent) is not terminal: a Reconcile
+// error wrapping it is retried as any other.
+var ErrTerminal = errors.New("reconcile: terminal error")
 
-// Permanent returns err marked permanent: errors.Is finds both err and
-// ErrPermanent in it, and its message is err's. Permanent(nil) is nil.
-func Permanent(err error) error {
+// Terminal returns err marked terminal: errors.Is finds both err and
+// ErrTerminal in it, and its message is err's. Terminal(nil) is nil.
+func Terminal(err error) error {
 	if err == nil {
 		return nil
 	}
-	return permanentError{err}
+	return terminalError{err}
 }
 
-type permanentError struct{ err error }
+type terminalError struct{ err error }
 
-func (e permanentError) Error() string        { return e.err.Error() }
-func (e permanentError) Unwrap() error        { return e.err }
-func (e permanentError) Is(target error) bool { return target == ErrPermanent }
+func (e terminalError) Error() string        { return e.err.Error() }
+func (e terminalError) Unwrap() error        { return e.err }
+func (e terminalError) Is(target error) bool { return target == ErrTerminal }
 
 // ErrStarted is returned by Loop.Run when the loop has run already, and by
 // Watch once Run has been called.
@@ -75,26 +79,83 @@ type Error[K comparable] struct {
 	Loop string
 	// Key is the key that failed.
 	Key K
-	// Err is Reconcile's error, or a *mirror.PanicError if it panicked.
+	// Err is Reconcile's error, or a *mirror.PanicError if it panicked,
+	// whose Stack is set on the key's first panic only, until the key
+	// succeeds or is dropped.
 	Err error
-	// Dropped is set when the key is not retried: Err wraps ErrPermanent.
+	// Dropped is set when the key is not retried: Err wraps ErrTerminal,
+	// or the key has failed Options.MaxRetries+1 times in a row.
 	Dropped bool
 	// Retries is the number of times the key had been retried, since it
-	// last succeeded or was dropped, before this failure.
+	// last succeeded or was dropped, before this failure: this failure
+	// is attempt Retries+1.
 	Retries int
 }
 
-// Error implements error.
+// Error implements error. It names the loop, the key and the attempt, and
+// says whether the key will be retried.
 func (e *Error[K]) Error() string {
-	what := "will retry"
-	if e.Dropped {
-		what = "dropped"
+	var what string
+	switch {
+	case e.gaveUp():
+		what = fmt.Sprintf("gave up after %d attempts", e.Retries+1)
+	case e.Dropped:
+		what = fmt.Sprintf("attempt %d failed, terminal error, dropped", e.Retries+1)
+	default:
+		what = fmt.Sprintf("attempt %d failed, will retry", e.Retries+1)
 	}
+	loop := "reconcile"
 	if e.Loop != "" {
-		return fmt.Sprintf("reconcile %q: key %v (%s): %v", e.Loop, e.Key, what, e.Err)
+		loop = fmt.Sprintf("reconcile %q", e.Loop)
 	}
-	return fmt.Sprintf("reconcile: key %v (%s): %v", e.Key, what, e.Err)
+	return fmt.Sprintf("%s: key %v: %s: %s", loop, e.Key, what, errText(e.Err))
 }
+
+// errText is err's message, but for a panic of Reconcile (which the loop
+// returns as is, not wrapped) one line naming the panic value's type and,
+// for a string, an error or a number, its text, capped: never an object's
+// contents.
+func errText(err error) string {
+	p, ok := err.(*mirror.PanicError)
+	if !ok {
+		return err.Error()
+	}
+	var text string
+	switch v := p.Value.(type) {
+	case string:
+		text = v
+	case error:
+		text = safeErrorText(v)
+	case bool, int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64, uintptr, float32, float64:
+		text = fmt.Sprint(v)
+	default:
+		return fmt.Sprintf("panic (%T)", p.Value)
+	}
+	if len(text) > maxPanicText {
+		n := maxPanicText
+		for n > 0 && !utf8.RuneStart(text[n]) {
+			n--
+		}
+		text = text[:n] + "…"
+	}
+	return fmt.Sprintf("panic (%T): %q", p.Value, text)
+}
+
+// maxPanicText caps the text of a panic value in a report.
+const maxPanicText = 200
+
+// safeErrorText returns err.Error(), or "" if that panics.
+func safeErrorText(err error) (text string) {
+	defer func() {
+		if recover() != nil {
+			text = ""
+		}
+	}()
+	return err.Error()
+}
+
+// gaveUp reports whether the key was dropped for failing too often.
+func (e *Error[K]) gaveUp() bool { return e.Dropped && !errors.Is(e.Err, ErrTerminal) }
 
 // Unwrap returns Err.
 func (e *Error[K]) Unwrap() error { return e.Err }

@@ -109,7 +109,7 @@ func TestLoop_LogsFailures(t *testing.T) {
 			if calls == 1 {
 				panic("boom")
 			}
-			return reconcile.Result{}, reconcile.Permanent(errors.New("no such thing"))
+			return reconcile.Result{}, reconcile.Terminal(errors.New("no such thing"))
 		})
 		g := startRig(t, func(*rig) reconcile.Reconciler[string] { return r },
 			reconcile.Options{Name: "logged", Logger: logger}, item{Name: "a"})
@@ -132,7 +132,7 @@ func TestLoop_LogsFailures(t *testing.T) {
 			assert.Equal(t, "logged", rec["loop"])
 			assert.Equal(t, "a", rec["key"])
 		}
-		assert.Equal(t, "panic: boom", records[0]["err"])
+		assert.Equal(t, `panic (string): "boom"`, records[0]["err"])
 		assert.Contains(t, records[0]["stack"], "watch_test.go", "the panic's stack")
 		assert.Equal(t, false, records[0]["dropped"])
 		assert.Equal(t, "no such thing", records[1]["err"])

@@ -70,7 +70,7 @@ func render(name string, s Service, modRevision int64) string {
 func (r *renderer) Reconcile(_ context.Context, key string) (reconcile.Result, error) {
 	path, err := r.fileName(key)
 	if err != nil {
-		return reconcile.Result{}, reconcile.Permanent(err) // retrying will not help
+		return reconcile.Result{}, reconcile.Terminal(err) // retrying will not help
 	}
 	o, ok := r.inf.GetByKey(key)
 	if !ok {

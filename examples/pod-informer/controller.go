@@ -63,7 +63,7 @@ func (c *nodeCounter) Reconcile(_ context.Context, key k8s.Key) (reconcile.Resul
 		}
 		keys, err := c.inf.IndexKeys(runningOnIndex, n)
 		if err != nil {
-			return reconcile.Result{}, reconcile.Permanent(err) // no such index: a bug
+			return reconcile.Result{}, reconcile.Terminal(err) // no such index: a bug
 		}
 		if was, ok := c.printed[n]; ok && was == len(keys) || !ok && len(keys) == 0 {
 			continue
