@@ -97,9 +97,8 @@ func BenchmarkWorkqueue_LiveBehindBacklog(b *testing.B) {
 // time a work item took (work-us: a 200 µs sleep, longer on a loaded
 // machine). Ours ages them out after MaxWait (1 s; 500 ms): each must be
 // served within MaxWait, give or take the eighth its aging clock ticks
-// by, plus one work item. (Aging serves the oldest key first, live ones
-// too: a MaxWait shorter than the live keys' own wait would make ours a
-// FIFO, so MaxWait is above the ~300 ms the live backlog takes.)
+// by, plus the wait for its share of the workers (one key in four while
+// any has aged).
 func BenchmarkWorkqueue_BackgroundUnderLiveStream(b *testing.B) {
 	maxWait := wqScaled(time.Second, 500*time.Millisecond)
 	nBg := wqScaled(20, 4)
@@ -183,15 +182,16 @@ func BenchmarkWorkqueue_BackgroundUnderLiveStream(b *testing.B) {
 // or to that bound (drain-sec), and the heap held after that (heap-after-MB: drained
 // keys never forgotten; for a queue that did not drain, the keys still
 // waiting too) and after Forget of every key (heap-forgotten-MB). Ours
-// runs with MaxWait 1 s, so its tables are tidied within ~250 ms of the
-// burst passing (two ticks of MaxWait/8); the heap is read 300 ms after
+// runs with MaxWait 1 s, so it forgets the retry counts Done kept within
+// 1.25 s of the drain (a second and MaxWait/4) and tidies its tables
+// within two ticks of MaxWait/8 after that; the heap is read 1.6 s after
 // the drain, for every queue.
 func BenchmarkWorkqueue_FailedOnce1M(b *testing.B) {
 	n := wqScaled(1_000_000, 10_000)
 	bound := wqScaled(10*time.Second, time.Second)
 	const (
 		nWorkers = 2
-		settle   = 300 * time.Millisecond
+		settle   = 1600 * time.Millisecond
 	)
 	runWQ(b, func(b *testing.B, im wqImpl) {
 		var failedMB, afterMB, forgottenMB, drained, drainSec float64

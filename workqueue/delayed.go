@@ -38,8 +38,9 @@ func (q *Queue[K]) AddAfter(key K, d time.Duration) {
 
 // AddRateLimited adds key after its backoff, as AddAfter does: BaseDelay
 // doubled for each AddRateLimited since key was forgotten, at most
-// MaxDelay; and counts the retry. Call it before Done for the key, so that
-// the retry count survives Done.
+// MaxDelay; and counts the retry. It may be called before Done for the
+// key or soon after it: Done keeps the retry count for a while (see
+// Queue).
 func (q *Queue[K]) AddRateLimited(key K) {
 	q.mu.Lock()
 	if !q.closing {
@@ -106,7 +107,7 @@ func (q *Queue[K]) addAfterLocked(key K, idx int32, ok bool, d time.Duration) {
 // delayLocked makes record idx, which has nothing pending, due at at.
 func (q *Queue[K]) delayLocked(idx int32, at, now int64) {
 	r := &q.recs[idx]
-	r.state |= stDelayed
+	r.state = r.state&^stRemembered | stDelayed
 	r.heap = int32(len(q.delayed))
 	q.delaySeq++
 	q.delayed = append(q.delayed, delayedEntry{at: at, seq: q.delaySeq, idx: idx})

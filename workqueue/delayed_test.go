@@ -1,6 +1,7 @@
 package workqueue
 
 import (
+	"context"
 	"strconv"
 	"testing"
 	"testing/synctest"
@@ -186,7 +187,7 @@ func TestQueue_MassFailureRetriesWithinPerKeyBackoff(t *testing.T) {
 	})
 }
 
-func TestQueue_RetryCountLivesWhileKeyHeld(t *testing.T) {
+func TestQueue_RetryCountKeptAfterDoneThenForgotten(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := New[string](Options{BaseDelay: time.Second})
 		defer q.ShutDown()
@@ -200,15 +201,106 @@ func TestQueue_RetryCountLivesWhileKeyHeld(t *testing.T) {
 		k, _ = tryGet(q)
 		assert.Equal(t, 1, q.NumRequeues("a"), "kept while in process")
 		q.Done(k) // succeeded, never forgotten
-		assert.Equal(t, 0, q.NumRequeues("a"), "dropped with the key")
+		assert.Equal(t, 1, q.NumRequeues("a"), "kept a while after Done")
+		assert.Zero(t, q.Len())
+		assert.Zero(t, q.Stats().Delayed)
+		sleep(keepFails + DefaultMaxWait/4)
+		assert.Equal(t, 0, q.NumRequeues("a"), "forgotten in time")
+		assert.Empty(t, q.index)
+
+		// Forget lets go of a key kept for its count at once.
+		q.Add("b")
+		k, _ = tryGet(q)
+		q.AddRateLimited(k)
+		q.Done(k)
+		sleep(time.Second)
+		k, _ = tryGet(q)
+		q.Done(k)
+		q.Forget("b")
+		assert.Equal(t, 0, q.NumRequeues("b"))
 		assert.Empty(t, q.index)
 
 		// A retry of a key the queue does not hold counts from zero.
-		q.AddRateLimited("b")
-		assert.Equal(t, 1, q.NumRequeues("b"))
+		q.AddRateLimited("c")
+		assert.Equal(t, 1, q.NumRequeues("c"))
 		sleep(time.Second)
-		assert.Equal(t, []string{"b"}, processAll(q))
+		assert.Equal(t, []string{"c"}, processAll(q))
+		assert.Equal(t, 1, q.NumRequeues("c"))
+	})
+}
+
+// client-go's and controller-runtime's rate limiters remember a failure
+// until Forget, so a worker that calls Done before AddRateLimited backs
+// off as one that calls them the other way round; ours used to drop the
+// count at Done and retry every BaseDelay.
+func TestQueue_BackoffSameWhetherDoneBeforeOrAfterAddRateLimited(t *testing.T) {
+	// waits fails key "a" n times, calling Done and AddRateLimited in
+	// the order given, and returns how long each retry waited.
+	waits := func(t *testing.T, doneFirst bool, n int) []time.Duration {
+		q := New[string](Options{})
+		defer q.ShutDown()
+		q.Add("a")
+		k, ok := tryGet(q)
+		require.True(t, ok)
+		var ws []time.Duration
+		for range n {
+			if doneFirst {
+				q.Done(k)
+				q.AddRateLimited(k)
+			} else {
+				q.AddRateLimited(k)
+				q.Done(k)
+			}
+			start := time.Now()
+			var err error
+			k, err = q.Get(context.Background())
+			require.NoError(t, err)
+			require.Equal(t, "a", k)
+			ws = append(ws, time.Since(start))
+		}
+		return ws
+	}
+	synctest.Test(t, func(t *testing.T) {
+		before := waits(t, false, 6)
+		after := waits(t, true, 6)
+		assert.Equal(t, before, after)
+		for i := 1; i < len(after); i++ {
+			assert.Equal(t, 2*after[i-1], after[i], "retry %d backs off twice as long", i)
+		}
+	})
+}
+
+// The counts Done keeps are bounded by the keys that failed recently: a
+// burst of failures is forgotten once the time has passed, and the
+// tables shrink.
+func TestQueue_RetryCountsKeptAfterDoneAreForgottenAfterABurst(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := New[int](Options{MaxWait: 8 * time.Second})
+		defer q.ShutDown()
+		const keys = 10_000
+		for i := range keys {
+			q.Add(i)
+		}
+		for range keys {
+			k, _ := tryGet(q)
+			q.Done(k)
+			q.AddRateLimited(k)
+		}
+		sleep(time.Second)
+		for range keys {
+			k, _ := tryGet(q)
+			q.Done(k) // succeeded, never forgotten
+		}
+		assert.Len(t, q.index, keys, "every count kept for now")
+		q.AddRateLimited(0)
+		sleep(keepFails + 8*time.Second/4)
+		assert.Equal(t, []int{0}, processAll(q), "the key retried in time")
+		assert.Equal(t, 2, q.NumRequeues(0))
+		sleep(keepFails + 8*time.Second/4)
 		assert.Empty(t, q.index)
+		sleep(2 * 8 * time.Second / agingSteps)
+		assert.LessOrEqual(t, cap(q.recs), idleRecs, "tables shrunk")
+		assert.Zero(t, q.remembered.len())
 	})
 }
 

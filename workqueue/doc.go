@@ -12,13 +12,17 @@
 //     (PriorityLive) go ahead of the keys of an initial list or a relist
 //     (PriorityBackground) and of a periodic resync (PriorityResync), so a
 //     resync of a large cache does not bury the change that just happened.
-//   - Aging. No key waits in the queue much longer than Options.MaxWait,
-//     however many keys of higher priority keep coming: a key that has
-//     waited that long is served before any that has not.
+//   - Aging. A key that has waited Options.MaxWait is aged, and aged keys
+//     below the highest priority queued get one key handed out in four,
+//     the oldest first, however many keys of higher priority keep coming.
+//     A share, not precedence: however large and old the backlog of an
+//     initial list, a live key waits for at most one aged key.
 //   - One entry per key across the ready and the delayed keys: a key added
 //     with and without a delay is processed once.
-//   - Bounded memory. A key's retry count lives only while the queue holds
-//     the key (queued, waiting out a delay, or in process), and the
+//   - Bounded memory. A key's retry count lives while the queue holds the
+//     key (queued, waiting out a delay, or in process) and for a while
+//     after Done (at least a second), so AddRateLimited backs off whether
+//     it is called before Done or after it; then it is forgotten. The
 //     queue's tables shrink when a burst has passed.
 //   - ShutDownWithDrain waits for the queued keys as well as those in
 //     process, and ShutDown may be called any number of times.

@@ -16,7 +16,9 @@ import (
 // sequences decoded from bytes, run by one goroutine in a bubble: random
 // ones in TestQueue_MatchesModel and fuzzer-made ones in FuzzQueue.
 // Aging is either off or so long that nothing ages, so the model needs
-// none; aging has tests of its own.
+// none; aging has tests of its own. The retry counts Done keeps are
+// modelled loosely: kept for keepFails, and gone by keepFails and
+// MaxWait/4; in between the model follows the queue.
 
 const (
 	modelKeys      = 8
@@ -33,6 +35,8 @@ type modelKey struct {
 	at                       time.Duration
 	dseq                     uint64 // order among delayed keys due at one time
 	fails                    int
+	remembered               bool // let go of by Done, kept for fails
+	doneAt                   time.Duration
 }
 
 type queueModel struct {
@@ -70,6 +74,7 @@ func (m *queueModel) add(key int, p Priority) {
 		m.queue(k)
 	default:
 		k.prio = p
+		k.remembered = false
 		m.queue(k)
 	}
 }
@@ -93,6 +98,7 @@ func (m *queueModel) addAfter(key int, d time.Duration) {
 		m.keys[key] = k
 		fallthrough
 	case !k.queued && !k.delayed:
+		k.remembered = false
 		m.dseq++
 		k.delayed, k.at, k.dseq = true, m.now+d, m.dseq
 	case k.delayed:
@@ -153,8 +159,39 @@ func (m *queueModel) done(key int) {
 	switch {
 	case k.queued:
 		m.queue(k)
-	case !k.delayed:
+	case k.delayed:
+	case k.fails > 0 && !m.closed:
+		k.remembered, k.doneAt = true, m.now
+	default:
 		delete(m.keys, key)
+	}
+}
+
+func (m *queueModel) forget(key int) {
+	if k := m.keys[key]; k != nil {
+		k.fails = 0
+		if k.remembered {
+			delete(m.keys, key)
+		}
+	}
+}
+
+// settle drops the remembered keys the queue has let go of, once it may
+// have, and fails if one is held past the bound.
+func (m *queueModel) settle(t *testing.T, q *Queue[int], maxWait time.Duration) {
+	if maxWait < 0 {
+		maxWait = DefaultMaxWait
+	}
+	for key, k := range m.keys {
+		if !k.remembered || m.now-k.doneAt < keepFails {
+			continue
+		}
+		_, held := q.index[key]
+		if !held {
+			delete(m.keys, key)
+			continue
+		}
+		require.LessOrEqual(t, m.now-k.doneAt, keepFails+maxWait/4, "key %d kept too long", key)
 	}
 }
 
@@ -245,9 +282,7 @@ func runModel(t *testing.T, data []byte) {
 			m.addRateLimited(key)
 		case 4:
 			q.Forget(key)
-			if k := m.keys[key]; k != nil {
-				k.fails = 0
-			}
+			m.forget(key)
 		case 5, 6:
 			want, ok := m.get()
 			got, err := q.Get(endedCtx)
@@ -270,6 +305,7 @@ func runModel(t *testing.T, data []byte) {
 				m.shutDown()
 			}
 		}
+		m.settle(t, q, maxWait)
 		want := 0
 		if k := m.keys[key]; k != nil {
 			want = k.fails

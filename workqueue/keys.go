@@ -1,9 +1,14 @@
 package workqueue
 
+import "time"
+
 // The records of the keys the queue holds. A key has a record from when
 // the queue takes it (queued, delayed, or marked by AddRateLimited) until
 // the queue lets go of it (at Done, or when a delayed key is dropped);
-// its retry count lives in the record, so it goes with it.
+// its retry count lives in the record, so it goes with it. A key that
+// has a retry count keeps its record after Done, in stRemembered, for
+// keepTicks ticks: a worker may well call AddRateLimited just after
+// Done, and must find the count there.
 //
 // Records live in a slice, found through a map from key to position, and
 // freed records are reused; entries of the ready set and the delayed heap
@@ -18,6 +23,38 @@ const (
 	idleRecs  = 64
 	shrinkMin = 1024
 )
+
+// keepFails is the least time Done keeps a key's retry count.
+const keepFails = time.Second
+
+// rememberLocked keeps the record idx of a key that Done lets go of, for
+// its retry count, until keepTicks ticks have passed.
+func (q *Queue[K]) rememberLocked(idx int32) {
+	r := &q.recs[idx]
+	r.state = stRemembered
+	r.heap = int32(q.tick)
+	q.remembered.push(entry{idx: idx, tick: q.tick})
+	if !q.tickArmed {
+		q.armTickLocked()
+	}
+}
+
+// forgetDueLocked lets go of the records remembered keepTicks ticks ago
+// or more. An entry whose record has moved on (queued or delayed again,
+// forgotten, reused) is dropped; one reused and remembered again at the
+// same tick is let go of at the time its own entry would.
+func (q *Queue[K]) forgetDueLocked() {
+	for q.remembered.len() > 0 {
+		e := q.remembered.front()
+		if q.tick-e.tick < q.keepTicks {
+			return
+		}
+		q.remembered.pop()
+		if r := &q.recs[e.idx]; r.state == stRemembered && uint32(r.heap) == e.tick {
+			q.releaseLocked(e.idx)
+		}
+	}
+}
 
 // newRecLocked gives key, which the queue does not hold, a record with
 // priority p and nothing pending.
@@ -72,6 +109,7 @@ func (q *Queue[K]) tidyLocked(now bool) {
 		// Nothing refers to a record: the ready set is empty, and so is
 		// the delayed heap. The levels go too, with their FIFOs' room.
 		q.levels = nil
+		q.remembered.reset() // only stale entries are left
 		if cap(q.recs) > idleRecs {
 			q.index = make(map[K]int32) // it grew along with recs
 			q.recs = nil
@@ -128,6 +166,14 @@ func (q *Queue[K]) compactLocked() {
 	for _, l := range q.levels {
 		q.entries += l.fifo.len()
 	}
+	q.remembered.filter(func(e *entry) bool {
+		r := &old[e.idx]
+		if r.state != stRemembered || uint32(r.heap) != e.tick {
+			return false
+		}
+		e.idx = r.next
+		return true
+	})
 	for i := range q.delayed {
 		q.delayed[i].idx = moved(q.delayed[i].idx)
 	}

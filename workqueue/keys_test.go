@@ -49,8 +49,9 @@ func TestQueue_HeapReturnsAfterBurstOfFailures(t *testing.T) {
 				q.Done(k)
 				done++
 			}
-			// Idle for two ticks: the tables shrink at the second.
-			sleep(2 * DefaultMaxWait / agingSteps)
+			// Idle until the retry counts Done kept are forgotten, and
+			// two ticks more: the tables shrink at the second.
+			sleep(keepFails + DefaultMaxWait/4 + 2*DefaultMaxWait/agingSteps)
 		}
 		// The baseline is taken after a small burst, so that what the
 		// runtime keeps of any burst (threads, their stacks) is in it.

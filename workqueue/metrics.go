@@ -123,6 +123,34 @@ type sampling struct {
 	// workHead and workTail end the list of the keys in process, in the
 	// order they were handed out, so by start; -1 when empty.
 	workHead, workTail int32
+	// mCalls counts the calls of m's Waited and Processed under way, made
+	// outside the lock: Stop waits for the last (stopMetricsLocked).
+	mCalls   int
+	mStopped bool
+}
+
+// stopMetricsLocked reports whether the caller is to call m.Stop now:
+// once, when the queue has finished and no other call of m is under way,
+// so that nothing is called after Stop.
+func (q *Queue[K]) stopMetricsLocked() bool {
+	if q.m == nil || !q.finished || q.mCalls > 0 || q.mStopped {
+		return false
+	}
+	q.mStopped = true
+	return true
+}
+
+// endCall notes that a call of m's Waited or Processed counted in mCalls
+// has returned, and stops the metrics if it was the last call before
+// Stop.
+func (q *Queue[K]) endCall() {
+	q.mu.Lock()
+	q.mCalls--
+	stop := q.stopMetricsLocked()
+	q.mu.Unlock()
+	if stop {
+		q.m.Stop()
+	}
 }
 
 func (q *Queue[K]) startMetrics(name string, m Metrics) {

@@ -180,6 +180,74 @@ func TestQueue_MetricsStopAfterShutDownAndLastDone(t *testing.T) {
 	assert.Equal(t, 1, m.stops)
 }
 
+// orderMetrics fails the test if Waited or Processed is under way or
+// called when Stop is called or after it. Its Processed blocks until
+// release is closed, the first time.
+type orderMetrics struct {
+	t        *testing.T
+	mu       sync.Mutex
+	inCall   int
+	stops    int
+	calls    int
+	entered  chan struct{}
+	release  chan struct{}
+	blocking bool
+}
+
+func (m *orderMetrics) Queue(string, StatsSource) QueueMetrics { return m }
+
+func (m *orderMetrics) call(block bool) {
+	m.mu.Lock()
+	assert.Zero(m.t, m.stops, "called after Stop")
+	m.inCall++
+	m.calls++
+	first := block && !m.blocking
+	m.blocking = m.blocking || block
+	m.mu.Unlock()
+	if first {
+		close(m.entered)
+		<-m.release
+	}
+	m.mu.Lock()
+	m.inCall--
+	m.mu.Unlock()
+}
+
+func (m *orderMetrics) Waited(Priority, time.Duration) { m.call(false) }
+func (m *orderMetrics) Processed(time.Duration)        { m.call(true) }
+
+func (m *orderMetrics) Stop() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	assert.Zero(m.t, m.inCall, "Stop while a call is under way")
+	m.stops++
+}
+
+// Two Dones on a shut-down queue: the first one's Processed, made outside
+// the queue's lock, used to come after the last one's Stop.
+func TestQueue_MetricsNothingCalledAfterStop(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := &orderMetrics{t: t, entered: make(chan struct{}), release: make(chan struct{})}
+		q := New[string](Options{Metrics: m})
+		q.Add("a") // sampled: the first key queued
+		sleep(samplePeriod)
+		q.Add("b") // sampled: a period later
+		a, _ := tryGet(q)
+		b, _ := tryGet(q)
+		q.ShutDown()
+		go q.Done(a) // its Processed blocks
+		<-m.entered
+		q.Done(b)
+		synctest.Wait()
+		close(m.release)
+		synctest.Wait()
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		assert.Equal(t, 4, m.calls, "two Waited, two Processed")
+		assert.Equal(t, 1, m.stops, "stopped once, after the last call")
+	})
+}
+
 func TestQueue_NilQueueMetricsMeasuresNothing(t *testing.T) {
 	m := &fakeMetrics{none: true}
 	q := New[string](Options{Metrics: m})

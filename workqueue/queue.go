@@ -16,19 +16,22 @@ var ErrShutdown = errors.New("workqueue: shut down")
 type Options struct {
 	// Name names the queue in metrics.
 	Name string
-	// MaxWait bounds how long a queued key waits: a key that has waited
-	// this long (give or take an eighth of it) is handed out before any
-	// that has not, the oldest first, whatever their priorities. So a
-	// stream of keys of higher priority delays a key by at most MaxWait
-	// and the time the workers take to get to it. Zero means 30 s, and
-	// less than 8 ms counts as 8 ms; a negative MaxWait turns aging off,
-	// and keys of lower priority then wait for as long as keys of higher
-	// priority keep coming.
+	// MaxWait is the aging bound. A queued key that has waited this long
+	// (give or take an eighth of it) is aged, and aged keys of a priority
+	// below the highest queued get a share of the workers: at least one
+	// key handed out in four is the oldest of them, the other three go by
+	// priority. So under a stream of keys of higher priority that keeps
+	// the workers busy, a key waits at most MaxWait and then four
+	// hand-outs for itself and for each aged key older than it; and a key
+	// of the highest priority queued is delayed by aging by at most one
+	// hand-out. Zero means 30 s, and less than 8 ms counts as 8 ms; a
+	// negative MaxWait turns aging off, and keys of lower priority then
+	// wait for as long as keys of higher priority keep coming.
 	MaxWait time.Duration
 	// BaseDelay and MaxDelay shape the per-key exponential backoff of
-	// AddRateLimited: a key's n-th retry since it was last forgotten (or
-	// let go of, see Queue) waits BaseDelay·2ⁿ⁻¹, at most MaxDelay. Zero
-	// means 5 ms and 1000 s.
+	// AddRateLimited: a key's n-th retry since it was last forgotten (by
+	// Forget, or by the queue a while after Done, see Queue) waits
+	// BaseDelay·2ⁿ⁻¹, at most MaxDelay. Zero means 5 ms and 1000 s.
 	// There is no queue-wide rate limit: a mass failure of many keys
 	// retries each after its own backoff.
 	BaseDelay, MaxDelay time.Duration
@@ -57,12 +60,16 @@ const (
 // gets the key, and adding it again marks it to be queued again at Done.
 //
 // The queue's memory is bounded by the number of keys it holds (queued,
-// delayed or in process), not by the keys it has seen: a key's retry
-// count lives only while the queue holds the key, and is dropped, as if
-// forgotten, when Done lets go of it; and the queue's tables shrink
-// within two ticks of MaxWait/8 after a burst. So keys that failed and
-// were never forgotten cost nothing once processed, where client-go's
-// rate limiter remembers every failed key until Forget.
+// delayed or in process) and of keys that failed recently, not by the
+// keys it has seen: when Done lets go of a key that has a retry count
+// (AddRateLimited since it was last forgotten), the queue keeps the count
+// for at least a second and at most a second and MaxWait/4 (DefaultMaxWait/4
+// without aging), so that an AddRateLimited called after Done backs off
+// as one called before it does, and then forgets it; and the queue's
+// tables shrink within two ticks of MaxWait/8 after a burst. So keys that
+// failed and were never forgotten cost nothing once processed and that
+// time has passed, where client-go's rate limiter remembers every failed
+// key until Forget.
 type Queue[K comparable] struct {
 	mu sync.Mutex
 	// cond is signalled when a key is queued, and broadcast when Gets
@@ -81,12 +88,21 @@ type Queue[K comparable] struct {
 	entries  int      // entries in the levels' FIFOs, stale ones included
 	aging    bool
 	ageCheck uint32 // no key ages before this tick
+	// sinceAged counts the keys handed out since the last aged one that
+	// was not of the highest priority queued, up to agedShare-1.
+	sinceAged int
 
 	// The tick (tick.go).
 	tick       uint32 // ticks passed
 	tickPeriod time.Duration
 	tickTimer  *time.Timer
 	tickArmed  bool
+
+	// The retry counts kept after Done (keys.go): entries of records in
+	// stRemembered, in the order Done let go of them, each with the tick
+	// it did; a record is let go of keepTicks ticks after.
+	remembered fifo
+	keepTicks  uint32
 
 	// The delayed keys (delayed.go).
 	delayed      []delayedEntry // a heap, earliest first
@@ -123,21 +139,26 @@ type rec[K comparable] struct {
 	stamp int64
 	gen   uint32 // counts the times the key was queued, to tell stale entries
 	fails int32  // AddRateLimited calls since the key was forgotten
-	heap  int32  // position in Queue.delayed while stDelayed; next free record while free
-	prev  int32  // the list of keys in process, oldest first (with metrics)
+	// heap is the position in Queue.delayed while stDelayed, the tick at
+	// which Done let go of the key while stRemembered, and the next free
+	// record while free.
+	heap  int32
+	prev  int32 // the list of keys in process, oldest first (with metrics)
 	next  int32
 	state uint8
 }
 
 // Record states. stReady and stDelayed exclude each other; with
 // stWorking, stReady marks a key to be queued again at Done, stDelayed one
-// whose delay runs while it is processed.
+// whose delay runs while it is processed. stRemembered stands alone: a
+// key Done let go of, held only for its retry count.
 const (
-	stReady   = 1 << iota // queued
-	stDelayed             // waiting out a delay
-	stWorking             // handed out, not yet Done
-	stSampled             // stamp is when it was queued, for the metrics
-	stTimed               // stamp is when it was handed out, exactly, for the metrics
+	stReady      = 1 << iota // queued
+	stDelayed                // waiting out a delay
+	stWorking                // handed out, not yet Done
+	stSampled                // stamp is when it was queued, for the metrics
+	stTimed                  // stamp is when it was handed out, exactly, for the metrics
+	stRemembered             // let go of by Done, kept for its retry count
 )
 
 // New returns an empty queue.
@@ -161,6 +182,8 @@ func New[K comparable](opts Options) *Queue[K] {
 		q.tickPeriod = max(opts.MaxWait/agingSteps, minTick)
 	}
 	q.ageCheck = agingSteps
+	q.sinceAged = agedShare - 1
+	q.keepTicks = uint32(max(2, (keepFails+q.tickPeriod-1)/q.tickPeriod+1))
 	if q.baseDelay <= 0 {
 		q.baseDelay = DefaultBaseDelay
 	}
@@ -241,9 +264,9 @@ func (q *Queue[K]) readyLocked(idx int32) {
 // ShutDownWithDrain: once the queue has drained), and ctx.Err() if ctx
 // ends first.
 //
-// The key handed out is the one that has waited longest among the aged
-// ones (see Options.MaxWait), if any, else the first of the highest
-// priority.
+// The key handed out is the first of the highest priority queued, except
+// that one in four, if any key of a lower priority has aged (see
+// Options.MaxWait), is the oldest of those.
 func (q *Queue[K]) Get(ctx context.Context) (K, error) {
 	q.mu.Lock()
 	if q.nReady > 0 && !q.shutdown {
@@ -298,9 +321,13 @@ func (q *Queue[K]) takeLocked() (K, error) {
 		return key, nil
 	}
 	p, wait, sampled := q.startWorkLocked(idx)
+	if sampled {
+		q.mCalls++
+	}
 	q.mu.Unlock()
 	if sampled {
 		q.m.Waited(p, wait)
+		q.endCall()
 	}
 	return key, nil
 }
@@ -312,9 +339,10 @@ func (q *Queue[K]) wakeAll() {
 }
 
 // Done marks key processed. If it was added while in process, it is
-// queued again now; else, unless it is delayed, the queue lets go of it
-// and of its retry count, as Forget would. Done of a key not in process
-// does nothing. Call AddRateLimited, to retry a key, before Done.
+// queued again now; else, unless it is delayed, the queue lets go of it.
+// It keeps the key's retry count, if it has one, for a while (see Queue),
+// so AddRateLimited may be called before Done or after it. Done of a key
+// not in process does nothing.
 func (q *Queue[K]) Done(key K) {
 	q.mu.Lock()
 	idx, ok := q.index[key]
@@ -329,19 +357,26 @@ func (q *Queue[K]) Done(key K) {
 	timed := false
 	if q.m != nil {
 		took, timed = q.endWorkLocked(idx)
+		if timed {
+			q.mCalls++
+		}
 	}
 	switch {
 	case r.state&stReady != 0:
 		r.state &^= stReady
 		q.nDirty--
 		q.pushReadyLocked(idx)
-	case r.state&stDelayed == 0:
+	case r.state&stDelayed != 0:
+	case r.fails > 0 && !q.closing:
+		q.rememberLocked(idx)
+	default:
 		q.releaseLocked(idx)
 	}
 	stopMetrics := q.settleLocked()
 	q.mu.Unlock()
 	if timed {
 		q.m.Processed(took)
+		q.endCall()
 	}
 	if stopMetrics {
 		q.m.Stop()
@@ -362,13 +397,17 @@ func (q *Queue[K]) Len() int {
 func (q *Queue[K]) Forget(key K) {
 	q.mu.Lock()
 	if idx, ok := q.index[key]; ok {
-		q.recs[idx].fails = 0
+		r := &q.recs[idx]
+		r.fails = 0
+		if r.state == stRemembered {
+			q.releaseLocked(idx)
+		}
 	}
 	q.mu.Unlock()
 }
 
 // NumRequeues returns the number of AddRateLimited calls for key since it
-// was last forgotten, or since the queue last let go of it.
+// was last forgotten, by Forget or by the queue a while after Done.
 func (q *Queue[K]) NumRequeues(key K) int {
 	q.mu.Lock()
 	defer q.mu.Unlock()

@@ -14,13 +14,26 @@ package workqueue
 // MaxWait/agingSteps (tick.go), and an entry records the tick at which it
 // was queued. A key queued at tick t has waited more than
 // MaxWait-MaxWait/agingSteps, and at most MaxWait, once the tick reaches
-// t+agingSteps: it is aged then. A Get
-// compares the heads of the levels' FIFOs with the tick, and hands out the
-// oldest aged key before any other. So no key waits much past MaxWait as
-// long as keys age no faster than the workers take them.
+// t+agingSteps: it is aged then.
+//
+// Aged keys get a share of the hand-outs, not precedence: one in
+// agedShare goes to the oldest aged key below the highest priority
+// queued (found by comparing the heads of the lower levels' FIFOs with
+// the tick), the others go by priority. Precedence would make the queue a
+// FIFO once a backlog larger than the workers clear in MaxWait has aged
+// (an initial list of a million keys): every live key would wait behind
+// it. With a share, a key of the highest priority is delayed by aging by
+// at most one hand-out, and an aged key waits at most agedShare
+// hand-outs for itself and for each aged key older than it. Keys of the
+// highest priority need no share: they are served first anyway, in the
+// order they came.
 
 // agingSteps is the number of ticks in MaxWait.
 const agingSteps = 8
+
+// agedShare is the number of hand-outs of which aged keys below the
+// highest priority get at least one.
+const agedShare = 4
 
 // maxIdleLevels is the number of levels an empty ready set keeps; a ready
 // set that has seen more priorities drops them all when it empties.
@@ -62,7 +75,7 @@ func (q *Queue[K]) liveLocked(e entry) bool {
 func (q *Queue[K]) pushReadyLocked(idx int32) {
 	r := &q.recs[idx]
 	r.gen++
-	r.state |= stReady
+	r.state = r.state&^stRemembered | stReady
 	l := q.levelLocked(r.prio)
 	l.fifo.push(entry{idx: idx, gen: r.gen, tick: q.tick})
 	l.n++
@@ -104,19 +117,24 @@ func (q *Queue[K]) headLocked(l *level) (entry, bool) {
 }
 
 // popReadyLocked takes the next key out of the ready set, which must not
-// be empty, and returns its record: the oldest aged key if there is one,
-// else the first of the highest priority.
+// be empty, and returns its record: the first of the highest priority,
+// unless it is the turn of the aged keys below it and one has aged; then
+// the oldest of those.
 func (q *Queue[K]) popReadyLocked() int32 {
-	var from *level
-	if q.aging && int32(q.tick-q.ageCheck) >= 0 {
-		from = q.agedLocked()
+	var top *level
+	for _, l := range q.levels {
+		if l.n > 0 {
+			top = l
+			break
+		}
 	}
-	if from == nil {
-		for _, l := range q.levels {
-			if l.n > 0 {
-				from = l
-				break
-			}
+	from := top
+	if q.sinceAged < agedShare-1 {
+		q.sinceAged++
+	} else if q.aging && int32(q.tick-q.ageCheck) >= 0 {
+		if l := q.agedLocked(top); l != nil {
+			from = l
+			q.sinceAged = 0
 		}
 	}
 	e, _ := q.headLocked(from)
@@ -136,23 +154,31 @@ func (q *Queue[K]) popReadyLocked() int32 {
 	return e.idx
 }
 
-// agedLocked returns the level whose head is the oldest aged key, or nil
-// if no key has aged; then it sets ageCheck to the tick before which none
-// will, since every entry queued later is younger than the heads.
-func (q *Queue[K]) agedLocked() *level {
+// agedLocked returns the level below top whose head is the oldest aged
+// key, or nil if none has aged. Then it sets ageCheck to the tick before
+// which none will: that of the oldest head of any level, top's included,
+// since a key of a higher priority may yet put top below the highest;
+// every entry queued later is younger than the heads.
+func (q *Queue[K]) agedLocked(top *level) *level {
 	var oldest *level
-	var tick uint32
+	var tick, earliest uint32
+	below, found := false, false
 	for _, l := range q.levels {
 		// A level with no keys of its own may still hold the older
 		// entry of a raised key, which keeps its age there.
-		if e, ok := q.headLocked(l); ok && (oldest == nil || int32(e.tick-tick) < 0) {
+		e, ok := q.headLocked(l)
+		if ok && (!found || int32(e.tick-earliest) < 0) {
+			earliest, found = e.tick, true
+		}
+		if ok && below && (oldest == nil || int32(e.tick-tick) < 0) {
 			oldest, tick = l, e.tick
 		}
+		below = below || l == top
 	}
-	if oldest == nil || q.tick-tick >= agingSteps {
+	if oldest != nil && q.tick-tick >= agingSteps {
 		return oldest
 	}
-	q.ageCheck = tick + agingSteps
+	q.ageCheck = earliest + agingSteps
 	return nil
 }
 

@@ -100,7 +100,7 @@ func TestQueue_WithoutAgingLiveStreamStarvesBackground(t *testing.T) {
 	})
 }
 
-func TestQueue_AgedKeysServedOldestFirst(t *testing.T) {
+func TestQueue_AgedKeysGetOneHandOutInFourOldestFirst(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		q := New[string](Options{MaxWait: 8 * time.Second})
 		defer q.ShutDown()
@@ -112,10 +112,77 @@ func TestQueue_AgedKeysServedOldestFirst(t *testing.T) {
 		sleep(4 * time.Second)
 		q.AddWithPriority("b3", PriorityBackground) // not aged by the Gets
 		sleep(4 * time.Second)
-		for i := range 3 {
+		for i := range 4 {
 			q.Add(fmt.Sprint("l", i))
 		}
-		assert.Equal(t, []string{"b1", "r1", "b2", "l0", "l1", "l2", "b3"}, processAll(q))
+		// The oldest aged key, then three by priority, then the oldest
+		// aged key again (r1, older than b2), then by priority: l3, and
+		// b2 and b3, the highest priority queued once l3 is gone.
+		assert.Equal(t, []string{"b1", "l0", "l1", "l2", "r1", "l3", "b2", "b3"}, processAll(q))
+	})
+}
+
+// Aging used to serve every aged key before any other: behind an initial
+// list that took longer than MaxWait to drain, live keys waited for the
+// whole aged rest of it, as in client-go's FIFO.
+func TestQueue_LiveKeysNotBuriedByAgedBacklog(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := New[int](Options{MaxWait: 8 * time.Second})
+		defer q.ShutDown()
+		const backlog = 1000
+		for i := range backlog {
+			q.AddWithPriority(i, PriorityBackground)
+		}
+		sleep(9 * time.Second) // all aged
+		next, handedOut := 0, 0
+		for live := -1; live >= -100; live-- {
+			q.Add(live)
+			gets := 0
+			for {
+				k, ok := tryGet(q)
+				require.True(t, ok)
+				q.Done(k)
+				gets++
+				handedOut++
+				if k == live {
+					break
+				}
+				require.Equal(t, next, k, "the backlog in order")
+				next++
+			}
+			require.LessOrEqual(t, gets, 2, "live key %d waited for at most one aged key", live)
+		}
+		assert.GreaterOrEqual(t, next, handedOut/agedShare, "aged keys got their share")
+		assert.Len(t, processAll(q), backlog-next)
+	})
+}
+
+// Aging used to serve the oldest aged key first, whatever its priority:
+// when the live keys themselves had waited longer than MaxWait, an aged
+// background key waited behind every live key older than it.
+func TestQueue_AgedBackgroundKeyServedAheadOfOlderLiveBacklog(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		q := New[int](Options{MaxWait: 8 * time.Second})
+		defer q.ShutDown()
+		const live = 100
+		for i := range live {
+			q.Add(i)
+		}
+		sleep(time.Second)
+		q.AddWithPriority(-1, PriorityBackground)
+		sleep(8 * time.Second) // all aged, the live keys the oldest
+		gets := 0
+		for {
+			k, ok := tryGet(q)
+			require.True(t, ok)
+			gets++
+			if k == -1 {
+				break
+			}
+			q.Add(k) // the live stream goes on
+			q.Done(k)
+		}
+		assert.LessOrEqual(t, gets, agedShare)
 	})
 }
 

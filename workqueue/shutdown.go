@@ -93,6 +93,7 @@ func (q *Queue[K]) dropLocked(all bool) {
 		}
 	}
 	q.delayed, q.nDelayed = nil, 0
+	q.remembered.reset() // the remembered keys were let go of above
 	if q.delayTimer != nil {
 		q.delayTimer.Stop()
 	}
@@ -117,7 +118,7 @@ func (q *Queue[K]) settleLocked() (stopMetrics bool) {
 	if q.drained != nil {
 		close(q.drained)
 	}
-	return q.m != nil
+	return q.stopMetricsLocked()
 }
 
 // stopTimersLocked stops the queue's timers; their functions, if already
