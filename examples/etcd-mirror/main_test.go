@@ -174,39 +174,20 @@ func TestMain(m *testing.M) { clitest.Main(m, main) }
 // saying why, 1 for a failure.
 func TestMain_ExitStatus(t *testing.T) {
 	noEtcdctlEnv(t)
-	for _, tc := range []struct {
-		name        string
-		args        []string
-		code        int
-		stdout, why string
-	}{
-		{"help", []string{"--help"}, 0, "-sync-timeout", ""},
-		{"unknown flag", []string{"--no-such-flag"}, 2, "", "flag provided but not defined: -no-such-flag"},
-		{"bad value", []string{"--seed", "many"}, 2, "", `invalid value "many" for flag -seed`},
-		{"argument", []string{"stray"}, 2, "", `unexpected arguments ["stray"]`},
-		{"empty prefix", []string{"--prefix", ""}, 2, "", "--prefix must not be empty"},
-		{"too few keys for the demo", []string{"--seed", "2"}, 2, "", "--seed 2: the demo needs at least 3 keys"},
-		{"not synced in time", []string{"--endpoints", "http://" + silentServer(t), "--sync-timeout", "1s"}, 1, "", "not synced within --sync-timeout 1s"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			code, stdout, stderr := clitest.Run(t, tc.args...)
-			assert.Equal(t, tc.code, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
-			assert.Contains(t, stdout, tc.stdout)
-			assert.Contains(t, stderr, tc.why)
-			if tc.code == 0 {
-				assert.Empty(t, stderr)
-			}
-		})
-	}
+	clitest.RunCases(t, []clitest.Case{
+		{Name: "help", Args: []string{"--help"}, Stdout: "-sync-timeout"},
+		{Name: "unknown flag", Args: []string{"--no-such-flag"}, Code: 2, Stderr: "flag provided but not defined: -no-such-flag"},
+		{Name: "bad value", Args: []string{"--seed", "many"}, Code: 2, Stderr: `invalid value "many" for flag -seed`},
+		{Name: "argument", Args: []string{"stray"}, Code: 2, Stderr: `unexpected arguments ["stray"]`},
+		{Name: "empty prefix", Args: []string{"--prefix", ""}, Code: 2, Stderr: "--prefix must not be empty"},
+		{Name: "too few keys for the demo", Args: []string{"--seed", "2"}, Code: 2, Stderr: "--seed 2: the demo needs at least 3 keys"},
+		{Name: "not synced in time", Args: []string{"--endpoints", "http://" + silentServer(t), "--sync-timeout", "1s"}, Code: 1, Stderr: "not synced within --sync-timeout 1s"},
+	})
 }
 
 // Ctrl-C stops the program with the summary so far and status 0.
 func TestMain_InterruptPrintsTheSummaryAndExitsZero(t *testing.T) {
-	p := clitest.Start(t, "--seed", "100", "--changes", "100000000")
-	p.Stdout.Until(t, "^synced 100 keys")
-	p.Interrupt(t)
-	require.Equal(t, 0, p.Wait(t), "stderr:\n%s", p.Stderr)
-	p.Stdout.Until(t, "^interrupted$")
+	p := clitest.InterruptAt(t, "^synced 100 keys", "--seed", "100", "--changes", "100000000")
 	p.Stdout.Until(t, "^summary: ")
 }
 

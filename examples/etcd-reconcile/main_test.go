@@ -133,39 +133,20 @@ func TestMain(m *testing.M) { clitest.Main(m, main) }
 // The program's exit status: 0 for --help, 2 for a bad flag or argument,
 // saying why, 1 for a failure.
 func TestMain_ExitStatus(t *testing.T) {
-	for _, tc := range []struct {
-		name        string
-		args        []string
-		code        int
-		stdout, why string
-	}{
-		{"help", []string{"--help"}, 0, "-sync-timeout", ""},
-		{"unknown flag", []string{"--no-such-flag"}, 2, "", "flag provided but not defined: -no-such-flag"},
-		{"argument", []string{"stray"}, 2, "", `unexpected arguments ["stray"]`},
-		{"empty prefix", []string{"--prefix", ""}, 2, "", "--prefix must not be empty"},
-		{"no workers", []string{"--workers", "0"}, 2, "", "--workers 0: at least 1"},
-		{"not synced in time", []string{"--endpoints", "http://" + silentServer(t), "--sync-timeout", "1s", "--out", t.TempDir()}, 1, "", "not synced within --sync-timeout 1s"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			code, stdout, stderr := clitest.Run(t, tc.args...)
-			assert.Equal(t, tc.code, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
-			assert.Contains(t, stdout, tc.stdout)
-			assert.Contains(t, stderr, tc.why)
-			if tc.code == 0 {
-				assert.Empty(t, stderr)
-			}
-		})
-	}
+	clitest.RunCases(t, []clitest.Case{
+		{Name: "help", Args: []string{"--help"}, Stdout: "-sync-timeout"},
+		{Name: "unknown flag", Args: []string{"--no-such-flag"}, Code: 2, Stderr: "flag provided but not defined: -no-such-flag"},
+		{Name: "argument", Args: []string{"stray"}, Code: 2, Stderr: `unexpected arguments ["stray"]`},
+		{Name: "empty prefix", Args: []string{"--prefix", ""}, Code: 2, Stderr: "--prefix must not be empty"},
+		{Name: "no workers", Args: []string{"--workers", "0"}, Code: 2, Stderr: "--workers 0: at least 1"},
+		{Name: "not synced in time", Args: []string{"--endpoints", "http://" + silentServer(t), "--sync-timeout", "1s", "--out", t.TempDir()}, Code: 1, Stderr: "not synced within --sync-timeout 1s"},
+	})
 }
 
 // Ctrl-C stops the program with the summary so far and status 0.
 func TestMain_InterruptPrintsTheSummaryAndExitsZero(t *testing.T) {
 	srv, _ := startEtcd(t)
-	p := clitest.Start(t, "--endpoints", srv.Endpoint, "--out", t.TempDir())
-	p.Stdout.Until(t, "^synced 0 keys")
-	p.Interrupt(t)
-	require.Equal(t, 0, p.Wait(t), "stderr:\n%s", p.Stderr)
-	p.Stdout.Until(t, "^interrupted$")
+	p := clitest.InterruptAt(t, "^synced 0 keys", "--endpoints", srv.Endpoint, "--out", t.TempDir())
 	p.Stdout.Until(t, `^summary: \[\] in `)
 }
 

@@ -38,38 +38,19 @@ func TestMain(m *testing.M) { clitest.Main(m, main) }
 // The program's exit status: 0 for --help, 2 for a bad flag or argument,
 // saying why, 1 for a failure.
 func TestMain_ExitStatus(t *testing.T) {
-	for _, tc := range []struct {
-		name        string
-		args        []string
-		code        int
-		stdout, why string
-	}{
-		{"help", []string{"--help"}, 0, "-sync-timeout", ""},
-		{"unknown flag", []string{"--no-such-flag"}, 2, "", "flag provided but not defined: -no-such-flag"},
-		{"argument", []string{"stray"}, 2, "", `unexpected arguments ["stray"]`},
-		{"negative seed", []string{"--seed", "-1"}, 2, "", "--seed -1 --changes 200: neither may be negative"},
-		{"creds without a server", []string{"--creds", "x.creds"}, 2, "", "--creds needs --url"},
-		{"unreachable", []string{"--url", "nats://127.0.0.1:1", "--sync-timeout", "1s"}, 1, "", "connect to nats://127.0.0.1:1"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			code, stdout, stderr := clitest.Run(t, tc.args...)
-			assert.Equal(t, tc.code, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
-			assert.Contains(t, stdout, tc.stdout)
-			assert.Contains(t, stderr, tc.why)
-			if tc.code == 0 {
-				assert.Empty(t, stderr)
-			}
-		})
-	}
+	clitest.RunCases(t, []clitest.Case{
+		{Name: "help", Args: []string{"--help"}, Stdout: "-sync-timeout"},
+		{Name: "unknown flag", Args: []string{"--no-such-flag"}, Code: 2, Stderr: "flag provided but not defined: -no-such-flag"},
+		{Name: "argument", Args: []string{"stray"}, Code: 2, Stderr: `unexpected arguments ["stray"]`},
+		{Name: "negative seed", Args: []string{"--seed", "-1"}, Code: 2, Stderr: "--seed -1 --changes 200: neither may be negative"},
+		{Name: "creds without a server", Args: []string{"--creds", "x.creds"}, Code: 2, Stderr: "--creds needs --url"},
+		{Name: "unreachable", Args: []string{"--url", "nats://127.0.0.1:1", "--sync-timeout", "1s"}, Code: 1, Stderr: "connect to nats://127.0.0.1:1"},
+	})
 }
 
 // Ctrl-C stops the program with the summary so far and status 0.
 func TestMain_InterruptPrintsTheSummaryAndExitsZero(t *testing.T) {
-	p := clitest.Start(t, "--seed", "100", "--changes", "100000000")
-	p.Stdout.Until(t, "^synced: 100 keys")
-	p.Interrupt(t)
-	require.Equal(t, 0, p.Wait(t), "stderr:\n%s", p.Stderr)
-	p.Stdout.Until(t, "^interrupted$")
+	p := clitest.InterruptAt(t, "^synced: 100 keys", "--seed", "100", "--changes", "100000000")
 	p.Stdout.Until(t, "^summary: ")
 }
 

@@ -81,38 +81,19 @@ func TestMain(m *testing.M) { clitest.Main(m, main) }
 // The program's exit status: 0 for --help, 2 for a bad flag or argument,
 // saying why, 1 for a failure.
 func TestMain_ExitStatus(t *testing.T) {
-	for _, tc := range []struct {
-		name        string
-		args        []string
-		code        int
-		stdout, why string
-	}{
-		{"help", []string{"--help"}, 0, "-sync-timeout", ""},
-		{"unknown flag", []string{"--no-such-flag"}, 2, "", "flag provided but not defined: -no-such-flag"},
-		{"argument", []string{"stray"}, 2, "", `unexpected arguments ["stray"]`},
-		{"no kubeconfig", []string{"--kubeconfig", t.TempDir() + "/missing"}, 1, "", "kubeconfig: "},
-		{"not synced in time", []string{"--kubeconfig", silentCluster(t), "--sync-timeout", "1s"}, 1, "", "not synced: not synced within --sync-timeout 1s"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			code, stdout, stderr := clitest.Run(t, tc.args...)
-			assert.Equal(t, tc.code, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
-			assert.Contains(t, stdout, tc.stdout)
-			assert.Contains(t, stderr, tc.why)
-			if tc.code == 0 {
-				assert.Empty(t, stderr)
-			}
-		})
-	}
+	clitest.RunCases(t, []clitest.Case{
+		{Name: "help", Args: []string{"--help"}, Stdout: "-sync-timeout"},
+		{Name: "unknown flag", Args: []string{"--no-such-flag"}, Code: 2, Stderr: "flag provided but not defined: -no-such-flag"},
+		{Name: "argument", Args: []string{"stray"}, Code: 2, Stderr: `unexpected arguments ["stray"]`},
+		{Name: "no kubeconfig", Args: []string{"--kubeconfig", t.TempDir() + "/missing"}, Code: 1, Stderr: "kubeconfig: "},
+		{Name: "not synced in time", Args: []string{"--kubeconfig", silentCluster(t), "--sync-timeout", "1s"}, Code: 1, Stderr: "not synced: not synced within --sync-timeout 1s"},
+	})
 }
 
 // Ctrl-C stops the program with the summary and status 0, even before
 // the first sync.
 func TestMain_InterruptPrintsTheSummaryAndExitsZero(t *testing.T) {
-	p := clitest.Start(t, "--kubeconfig", silentCluster(t))
-	p.Stdout.Until(t, "^waiting for the first sync")
-	p.Interrupt(t)
-	require.Equal(t, 0, p.Wait(t), "stderr:\n%s", p.Stderr)
-	p.Stdout.Until(t, "^interrupted$")
+	p := clitest.InterruptAt(t, "^waiting for the first sync", "--kubeconfig", silentCluster(t))
 	p.Stdout.Until(t, `^summary: 0 pods; by namespace: \[\]$`)
 }
 

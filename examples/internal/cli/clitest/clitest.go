@@ -173,3 +173,41 @@ func CancelAt(marker string, cancel func()) *Output {
 		}
 	}}
 }
+
+// Case is a run of the program and how it must end.
+type Case struct {
+	Name   string
+	Args   []string
+	Code   int    // the exit status
+	Stdout string // what standard output must contain
+	Stderr string // what standard error must contain; empty for status 0
+}
+
+// RunCases runs the program once for each case, in a subtest of its
+// name, and checks how it ends.
+func RunCases(t *testing.T, cases []Case) {
+	for _, tc := range cases {
+		t.Run(tc.Name, func(t *testing.T) {
+			code, stdout, stderr := Run(t, tc.Args...)
+			require.Equal(t, tc.Code, code, "stdout:\n%s\nstderr:\n%s", stdout, stderr)
+			require.Contains(t, stdout, tc.Stdout)
+			require.Contains(t, stderr, tc.Stderr)
+			if tc.Code == 0 {
+				require.Empty(t, stderr)
+			}
+		})
+	}
+}
+
+// InterruptAt runs the program with args until it prints a line that
+// matches marker, interrupts it, and checks that it says so and exits 0.
+// It returns the process, for more checks of its output.
+func InterruptAt(t *testing.T, marker string, args ...string) *Proc {
+	t.Helper()
+	p := Start(t, args...)
+	p.Stdout.Until(t, marker)
+	p.Interrupt(t)
+	require.Equal(t, 0, p.Wait(t), "stderr:\n%s", p.Stderr)
+	p.Stdout.Until(t, "^interrupted$")
+	return p
+}
