@@ -64,7 +64,8 @@ import (
 
 func main() { cli.Main("etcd-mirror", run) }
 
-// The etcd client's timeouts, in one place.
+// The etcd client's timeouts, in one place; --sync-timeout bounds, as
+// well as the first sync, the wait to authenticate (newClient).
 const (
 	// requestTimeout bounds each request of the mirror: a member that
 	// does not answer is reported after it, rather than after the
