@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/listwatch/mirror/examples/internal/cli/clitest"
+	"github.com/listwatch/mirror/examples/internal/embedetcd"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -18,17 +20,17 @@ import (
 func clusterEtcd(t *testing.T, keys ...string) (string, *clientv3.Client) {
 	t.Helper()
 	noEtcdctlEnv(t)
-	srv, err := startEmbedded(t.Context())
+	srv, err := embedetcd.Start(t.Context(), "etcd-mirror-test")
 	require.NoError(t, err)
-	t.Cleanup(srv.close)
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.endpoint}, Logger: zap.NewNop()})
+	t.Cleanup(srv.Close)
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.Endpoint}, Logger: zap.NewNop()})
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	for _, k := range keys {
 		_, err := c.Put(t.Context(), k, `{"name":"x","zone":"eu","port":1}`)
 		require.NoError(t, err)
 	}
-	return srv.endpoint, c
+	return srv.Endpoint, c
 }
 
 // noEtcdctlEnv keeps the credentials of the environment the tests run in
@@ -44,7 +46,7 @@ func runUntil(t *testing.T, marker string, args ...string) (string, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
-	out := &cancelOn{marker: marker, cancel: cancel}
+	out := clitest.CancelAt(marker, cancel)
 	err := run(ctx, args, out)
 	return out.String(), err
 }
@@ -165,7 +167,7 @@ func TestRun_InterruptIsANormalStopInEitherModeEvenBeforeTheFirstSync(t *testing
 		marker string
 		args   []string
 	}{
-		{"cluster, before the first sync", "initial sync: 0 keys so far",
+		{"cluster, before the first sync", "waiting for the first sync",
 			[]string{"--endpoints", "http://" + silentServer(t)}},
 		{"demo, before the first sync", "seeded 100 keys", []string{"--seed", "100"}},
 		{"demo, after the first sync", "synced 100 keys", []string{"--seed", "100", "--changes", "100000000"}},

@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"slices"
 	"time"
 
+	"github.com/listwatch/mirror/examples/internal/cli"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -18,9 +18,9 @@ var zones = []string{"eu-west", "eu-north", "us-east", "ap-south"}
 type demoWriter struct {
 	client *clientv3.Client
 	prefix string
-	live   []string // keys that exist
+	live   []string // keys that exist, which the changes choose from
+	spare  []string // seeded keys that only the outage changes
 	next   int      // next new service number
-	seeded int      // services svc-00000 to this one were seeded
 	rng    *rand.Rand
 	broken bool // whether a service's value was made undecodable
 }
@@ -53,19 +53,22 @@ func (d *demoWriter) seed(ctx context.Context, n int) error {
 			name := fmt.Sprintf("svc-%05d", d.next)
 			v, _ := json.Marshal(Service{Name: name, Zone: zones[rng.IntN(len(zones))], Port: 1024 + rng.IntN(60000)})
 			ops = append(ops, clientv3.OpPut(d.prefix+name, string(v)))
-			d.live = append(d.live, name)
+			if len(d.spare) < 3 {
+				d.spare = append(d.spare, name)
+			} else {
+				d.live = append(d.live, name)
+			}
 		}
 		if _, err := d.client.Txn(ctx).Then(ops...).Commit(); err != nil {
 			return fmt.Errorf("demo seed: %w", err)
 		}
 	}
-	d.seeded = n
 	return nil
 }
 
 // run writes n changes (creates, updates, deletes, and, the first time,
 // one value that does not decode) and returns the last revision written.
-func (d *demoWriter) run(ctx context.Context, n int, p *printer) (int64, error) {
+func (d *demoWriter) run(ctx context.Context, n int, p *cli.Printer) (int64, error) {
 	rng := d.rng
 	var rev int64
 	var err error
@@ -80,7 +83,7 @@ func (d *demoWriter) run(ctx context.Context, n int, p *printer) (int64, error) 
 				return 0, fmt.Errorf("demo put: %w", err)
 			}
 			rev, d.broken = resp.Header.Revision, true
-			p.event("wrote  %s%s = {not json  (the mirror reports it and drops the key)", d.prefix, name)
+			p.Printf("wrote  %s%s = {not json  (the mirror reports it and drops the key)", d.prefix, name)
 		case rng.IntN(4) == 0 && len(d.live) > 0:
 			if rev, err = d.delete(ctx, d.take(rng.IntN(len(d.live)))); err != nil {
 				return 0, err
@@ -115,29 +118,19 @@ func (d *demoWriter) run(ctx context.Context, n int, p *printer) (int64, error) 
 // lists the prefix again: it learns of the deletions from what the list
 // lacks (OnDelete with finalStateUnknown), and of the re-created service
 // from its new CreateRevision (OnDelete of the old one, then OnAdd).
-func (d *demoWriter) outage(ctx context.Context, cut *proxy, p *printer) (int64, error) {
-	// Services seeded before the mirror synced, so that the mirror knows
-	// them however far behind its watch is.
-	var known []int
-	for i, name := range d.live {
-		var n int
-		if _, err := fmt.Sscanf(name, "svc-%05d", &n); err == nil && n < d.seeded {
-			known = append(known, i)
-		}
-		if len(known) == 3 {
-			break
-		}
+func (d *demoWriter) outage(ctx context.Context, cut *proxy, p *cli.Printer) (int64, error) {
+	// Seeded services, which the mirror knows however far behind its
+	// watch is, and which the changes leave alone.
+	if len(d.spare) < 3 {
+		return 0, fmt.Errorf("demo outage: %d seeded services to change, want 3", len(d.spare))
 	}
-	if len(known) < 3 {
-		return 0, fmt.Errorf("demo outage: %d seeded services left, want 3", len(known))
-	}
-	deleted := []string{d.live[known[0]], d.live[known[1]]}
-	recreated := d.live[known[2]]
+	deleted, recreated := d.spare[:2], d.spare[2]
+	d.spare = nil
+	d.live = append(d.live, recreated)
 
 	cut.Cut()
-	p.event("cut the mirror off from etcd")
+	p.Printf("cut the mirror off from etcd")
 	for _, name := range deleted {
-		d.take(slices.Index(d.live, name))
 		if _, err := d.delete(ctx, name); err != nil {
 			return 0, err
 		}
@@ -152,10 +145,10 @@ func (d *demoWriter) outage(ctx context.Context, cut *proxy, p *printer) (int64,
 	if _, err := d.client.Compact(ctx, rev); err != nil {
 		return 0, fmt.Errorf("demo compact: %w", err)
 	}
-	p.event("while cut off: deleted %s and %s; deleted and re-created %s; compacted etcd at revision %d",
+	p.Printf("while cut off: deleted %s and %s; deleted and re-created %s; compacted etcd at revision %d",
 		deleted[0], deleted[1], recreated, rev)
 	cut.Resume()
-	p.event("let the mirror reconnect: it must relist")
+	p.Printf("let the mirror reconnect: it must relist")
 	return rev, nil
 }
 

@@ -25,11 +25,13 @@
 // ETCDCTL_USER and ETCDCTL_PASSWORD, which keep the password off the
 // command line.
 //
-// The first sync must complete within --sync-timeout (30s by default): if
-// it does not (etcd unreachable, credentials refused), the program says why
-// and exits with status 1, as for any other failure. Ctrl-C or SIGTERM is
-// a normal stop, in either mode and at any time: the program prints the
-// summary so far and exits with status 0.
+// It behaves as every example does (see examples/internal/cli): --help
+// exits 0 and a bad flag 2; the first sync must complete within
+// --sync-timeout (30s by default), or the program says why (etcd
+// unreachable, credentials refused) and exits 1, as for any other
+// failure; Ctrl-C or SIGTERM is a normal stop, in either mode and at any
+// time: the program prints the summary so far and exits 0; --quiet prints
+// only the summary and fatal errors.
 //
 // With --metrics-addr it serves the mirror's metrics for Prometheus (see
 // adapters/mirrorprom) at /metrics on that address:
@@ -47,27 +49,31 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"github.com/listwatch/mirror"
 	etcdmirror "github.com/listwatch/mirror/adapters/etcd"
+	"github.com/listwatch/mirror/examples/internal/cli"
+	"github.com/listwatch/mirror/examples/internal/embedetcd"
+	"github.com/listwatch/mirror/examples/internal/metricsrv"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "etcd-mirror:", err)
-		os.Exit(1)
-	}
-}
+func main() { cli.Main("etcd-mirror", run) }
+
+// The etcd client's timeouts, in one place; --sync-timeout bounds, as
+// well as the first sync, the wait to authenticate (newClient).
+const (
+	// requestTimeout bounds each request of the mirror: a member that
+	// does not answer is reported after it, rather than after the
+	// adapter's default; the informer retries either way.
+	requestTimeout = 5 * time.Second
+	// probeTimeout bounds the read that says why authentication failed.
+	probeTimeout = time.Second
+)
 
 // Service is the value stored under each key.
 type Service struct {
@@ -86,16 +92,17 @@ type config struct {
 	cacert, cert, key string
 	user, password    string
 	seed, changes     int
-	duration          time.Duration
-	syncTimeout       time.Duration
-	quiet             bool
 	metricsAddr       string
+	cli.Flags         // --quiet, --sync-timeout, --duration
 }
+
+// minSeed is the fewest keys the demo seeds: its outage deletes two of
+// them and re-creates a third.
+const minSeed = 3
 
 func parseFlags(args []string, out io.Writer) (config, error) {
 	var c config
-	fs := flag.NewFlagSet("etcd-mirror", flag.ContinueOnError)
-	fs.SetOutput(out)
+	fs := cli.NewFlagSet("etcd-mirror", "until interrupted, or the demo's end", &c.Flags)
 	fs.StringVar(&c.endpoints, "endpoints", "", "comma-separated etcd endpoints to mirror read-only; empty starts an embedded etcd with demo data")
 	fs.StringVar(&c.prefix, "prefix", "/demo/services/", "key prefix to mirror")
 	fs.StringVar(&c.cacert, "cacert", "", "CA bundle to verify the servers (with --endpoints)")
@@ -103,26 +110,25 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.StringVar(&c.key, "key", "", "client key (with --endpoints)")
 	fs.StringVar(&c.user, "user", "", "user name, or name:password, for a cluster with password authentication (with --endpoints; default $ETCDCTL_USER)")
 	fs.StringVar(&c.password, "password", "", "password of --user (with --endpoints; default $ETCDCTL_PASSWORD, which keeps it off the command line)")
-	fs.IntVar(&c.seed, "seed", 5000, "demo: keys written before the mirror starts")
+	fs.IntVar(&c.seed, "seed", 5000, fmt.Sprintf("demo: keys written before the mirror starts (at least %d)", minSeed))
 	fs.IntVar(&c.changes, "changes", 300, "demo: changes written while the mirror runs")
-	fs.DurationVar(&c.duration, "duration", 0, "stop after this long, initial sync included (0: until interrupted, or the demo's end)")
-	fs.DurationVar(&c.syncTimeout, "sync-timeout", 30*time.Second, "fail if the initial sync has not completed in this long (0: wait as long as it takes)")
-	fs.BoolVar(&c.quiet, "quiet", false, "print only the summary")
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", `address to serve Prometheus metrics on at /metrics, such as ":9090" (default: none)`)
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, out); err != nil {
 		return c, err
 	}
-	if fs.NArg() > 0 {
-		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
 	if c.prefix == "" {
-		return c, errors.New("--prefix must not be empty")
+		return c, cli.Usagef("--prefix must not be empty")
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	if c.endpoints == "" {
-		if set["user"] || set["password"] {
-			return c, errors.New("--user and --password need --endpoints: the demo's etcd has no users")
+		switch {
+		case set["user"] || set["password"]:
+			return c, cli.Usagef("--user and --password need --endpoints: the demo's etcd has no users")
+		case c.seed < minSeed:
+			return c, cli.Usagef("--seed %d: the demo needs at least %d keys (its outage deletes two and re-creates a third)", c.seed, minSeed)
+		case c.changes < 0:
+			return c, cli.Usagef("--changes %d: must not be negative", c.changes)
 		}
 		return c, nil
 	}
@@ -137,54 +143,25 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	}
 	switch {
 	case c.user == "" && c.password != "":
-		return c, errors.New("--password needs --user")
+		return c, cli.Usagef("--password needs --user")
 	case c.user != "" && c.password == "":
-		return c, fmt.Errorf("--user %q needs a password: --password, $ETCDCTL_PASSWORD or --user name:password", c.user)
+		return c, cli.Usagef("--user %q needs a password: --password, $ETCDCTL_PASSWORD or --user name:password", c.user)
 	}
 	return c, nil
 }
 
-// printer serialises output from the handler and the main goroutine.
-type printer struct {
-	mu    sync.Mutex
-	out   io.Writer
-	quiet bool
-}
-
-func (p *printer) event(format string, args ...any) {
-	if !p.quiet {
-		p.printf(format, args...)
-	}
-}
-
-func (p *printer) printf(format string, args ...any) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	fmt.Fprintf(p.out, format+"\n", args...)
-}
-
-// errDurationOver is the cause of the end of run's context when
-// --duration is over.
-var errDurationOver = errors.New("--duration over")
-
 func run(ctx context.Context, args []string, out io.Writer) error {
 	cfg, err := parseFlags(args, out)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil // the usage is printed
-	}
 	if err != nil {
 		return err
 	}
-	if cfg.duration > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, cfg.duration, errDurationOver)
-		defer cancel()
-	}
-	p := &printer{out: out, quiet: cfg.quiet}
+	ctx, cancel := cfg.Context(ctx) // --duration
+	defer cancel()
+	p := cfg.Printer(out)
 	warnAboutPrefix(cfg.prefix, p)
 	var metrics mirror.Metrics // nil: none
 	if cfg.metricsAddr != "" {
-		m, stop, err := serveMetrics(cfg.metricsAddr, p)
+		m, stop, err := metricsrv.Serve(cfg.metricsAddr, p)
 		if err != nil {
 			return err
 		}
@@ -200,61 +177,56 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 // warnAboutPrefix warns about a prefix that does not end in "/": etcd
 // prefixes are byte prefixes, so "/app/config" takes in
 // "/app/configuration/x" too, which is seldom what was meant.
-func warnAboutPrefix(prefix string, p *printer) {
+func warnAboutPrefix(prefix string, p *cli.Printer) {
 	if strings.HasSuffix(prefix, "/") {
 		return
 	}
-	p.printf("warning: --prefix %q does not end in \"/\", so it also mirrors keys such as %q and %q; for only the keys under it, use --prefix %q",
+	p.Printf("warning: --prefix %q does not end in \"/\", so it also mirrors keys such as %q and %q; for only the keys under it, use --prefix %q",
 		prefix, prefix+"-old", prefix+"uration/x", prefix+"/")
 }
 
 // runCluster mirrors a real cluster's prefix until ctx ends.
-func runCluster(ctx context.Context, cfg config, metrics mirror.Metrics, p *printer) error {
+func runCluster(ctx context.Context, cfg config, metrics mirror.Metrics, p *cli.Printer) error {
 	tlsConfig, err := clientTLS(cfg)
 	if err != nil {
 		return err
 	}
 	endpoints := strings.Split(cfg.endpoints, ",")
-	// Authentication, if any, counts towards the first sync.
-	start := time.Now()
-	client, err := newClient(ctx, endpoints, tlsConfig, cfg.user, cfg.password, cfg.syncTimeout)
+	client, err := newClient(ctx, endpoints, tlsConfig, cfg.user, cfg.password, cfg.SyncTimeout)
 	if err != nil {
-		if ctx.Err() != nil {
-			return stoppedEarly(ctx, cfg, err, p)
+		if ctx.Err() == nil {
+			err = whyNoAuth(ctx, err, cfg, endpoints, tlsConfig)
 		}
-		return whyNoAuth(ctx, err, cfg, endpoints, tlsConfig)
+		return cfg.Finish(ctx, err, p, nothingMirrored(p))
 	}
 	defer client.Close()
 
-	m := newMirror(client, cfg.prefix, metrics, p)
+	m := newMirror(client, cfg, metrics, p)
 	defer m.start(ctx)()
-	if err := m.firstSync(ctx, cfg, start, p); err != nil {
-		if ctx.Err() != nil {
-			return m.stopped(ctx, cfg, p)
-		}
-		return err
+	err = m.firstSync(ctx, cfg, p)
+	if err == nil {
+		<-ctx.Done()
 	}
-	<-ctx.Done()
-	return m.stopped(ctx, cfg, p)
+	return cfg.Finish(ctx, err, p, m.summary)
 }
 
 // runDemo starts an etcd of its own, writes demo data and mirrors it.
 // When ctx ends (Ctrl-C, --duration) it stops, prints the summary so far
 // and reports success: nothing went wrong.
-func runDemo(ctx context.Context, cfg config, metrics mirror.Metrics, p *printer) error {
-	srv, err := startEmbedded(ctx)
+func runDemo(ctx context.Context, cfg config, metrics mirror.Metrics, p *cli.Printer) error {
+	srv, err := embedetcd.Start(ctx, "etcd-mirror")
 	if err != nil {
-		return stoppedEarly(ctx, cfg, err, p)
+		return cfg.Finish(ctx, err, p, nothingMirrored(p))
 	}
-	defer srv.close()
-	p.printf("started an embedded etcd at %s (data in %s)", srv.endpoint, srv.dir)
+	defer srv.Close()
+	p.Printf("started an embedded etcd at %s (data in %s)", srv.Endpoint, srv.Dir)
 	// The mirror reads through a proxy, so that the demo can cut it off.
-	cut, err := startProxy(srv.host)
+	cut, err := startProxy(srv.Host)
 	if err != nil {
 		return err
 	}
 	defer cut.close()
-	writer, err := newClient(ctx, []string{srv.endpoint}, nil, "", "", 0)
+	writer, err := newClient(ctx, []string{srv.Endpoint}, nil, "", "", 0)
 	if err != nil {
 		return err
 	}
@@ -265,29 +237,22 @@ func runDemo(ctx context.Context, cfg config, metrics mirror.Metrics, p *printer
 	}
 	defer client.Close()
 
+	m := newMirror(client, cfg, metrics, p)
 	d := &demoWriter{client: writer, prefix: cfg.prefix}
 	if err := d.seed(ctx, cfg.seed); err != nil {
-		return stoppedEarly(ctx, cfg, err, p)
+		return cfg.Finish(ctx, err, p, m.summary)
 	}
-	p.printf("seeded %s under %s", plural(cfg.seed, "key"), cfg.prefix)
-
-	m := newMirror(client, cfg.prefix, metrics, p)
+	p.Printf("seeded %s under %s", plural(cfg.seed, "key"), cfg.prefix)
 	defer m.start(ctx)()
-	if err := m.demo(ctx, d, cfg, cut, p); err != nil {
-		if ctx.Err() != nil {
-			return m.stopped(ctx, cfg, p)
-		}
-		return err
-	}
-	return nil
+	return cfg.Finish(ctx, m.demo(ctx, d, cfg, cut, p), p, m.summary)
 }
 
 // demo waits for the initial sync, writes half the demo's changes, cuts
 // the mirror off for an outage, writes the other half, waits until the
 // mirror has them all, prints the summary and checks the mirror against
 // etcd.
-func (m *mirrorState) demo(ctx context.Context, d *demoWriter, cfg config, cut *proxy, p *printer) error {
-	if err := m.firstSync(ctx, cfg, time.Now(), p); err != nil {
+func (m *mirrorState) demo(ctx context.Context, d *demoWriter, cfg config, cut *proxy, p *cli.Printer) error {
+	if err := m.firstSync(ctx, cfg, p); err != nil {
 		return err
 	}
 	changes := cfg.changes
@@ -306,23 +271,14 @@ func (m *mirrorState) demo(ctx context.Context, d *demoWriter, cfg config, cut *
 			return err
 		}
 	}
-	m.summary(p)
+	m.summary()
 	return m.verify(ctx, d.client, d.prefix, p)
 }
 
-// stoppedEarly ends a run that failed with err before the mirror started:
-// if ctx ended, that was an interruption, a normal stop, or --duration,
-// which was over before the first sync.
-func stoppedEarly(ctx context.Context, cfg config, err error, p *printer) error {
-	switch {
-	case ctx.Err() == nil:
-		return err
-	case errors.Is(context.Cause(ctx), errDurationOver):
-		return fmt.Errorf("not synced within --duration %v: %w", cfg.duration, ctx.Err())
-	default:
-		p.printf("interrupted")
-		return nil
-	}
+// nothingMirrored is the summary of a run stopped before its mirror was
+// made.
+func nothingMirrored(p *cli.Printer) func() {
+	return func() { p.Summary("summary: nothing mirrored") }
 }
 
 // newClient connects to etcd, authenticating as user if it is not empty.
@@ -364,12 +320,12 @@ func whyNoAuth(ctx context.Context, err error, cfg config, endpoints []string, t
 		return err
 	}
 	defer client.Close()
-	lw := etcdmirror.New(client, cfg.prefix, etcdmirror.Options{RequestTimeout: time.Second})
+	lw := etcdmirror.New(client, cfg.prefix, etcdmirror.Options{RequestTimeout: probeTimeout})
 	_, why := lw.List(ctx, mirror.ListOptions{Limit: 1})
 	if !errors.Is(why, mirror.ErrUnavailable) {
 		why = errors.New("etcd answers a read without credentials")
 	}
-	return fmt.Errorf("connect to etcd as %q: not authenticated within --sync-timeout %v: %w", cfg.user, cfg.syncTimeout, why)
+	return fmt.Errorf("connect to etcd as %q: not authenticated within --sync-timeout %v: %w", cfg.user, cfg.SyncTimeout, why)
 }
 
 // clientTLS builds the client's TLS configuration from the flags, or nil.

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/listwatch/mirror/examples/internal/cli/clitest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -68,36 +69,12 @@ func TestRun_DemoMirrorsAndVerifies(t *testing.T) {
 	assert.Less(t, deletes[0], adds[0], "the re-created key: delete, then add")
 }
 
-// cancelOn collects what is written to it and calls cancel once a write
-// contains marker.
-type cancelOn struct {
-	mu     sync.Mutex
-	buf    bytes.Buffer
-	marker string
-	cancel context.CancelFunc
-}
-
-func (w *cancelOn) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if bytes.Contains(p, []byte(w.marker)) {
-		w.cancel()
-	}
-	return w.buf.Write(p)
-}
-
-func (w *cancelOn) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.String()
-}
-
 // Ctrl-C in the demo, here once the mirror has synced, stops it with the
 // summary, and is no failure.
 func TestRun_DemoInterruptedPrintsTheSummaryAndSucceeds(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	out := &cancelOn{marker: "synced 200 keys", cancel: cancel}
+	out := clitest.CancelAt("synced 200 keys", cancel)
 	require.NoError(t, run(ctx, []string{"--seed", "200", "--changes", "100000000"}, out), out.String())
 	s := out.String()
 	assert.Contains(t, s, "interrupted")
@@ -105,52 +82,18 @@ func TestRun_DemoInterruptedPrintsTheSummaryAndSucceeds(t *testing.T) {
 	assert.NotContains(t, s, "verified", "the demo did not run to its end")
 }
 
-// lineWriter hands each line written to it to a channel, so that a test
-// can follow the program's output as it comes.
-type lineWriter struct {
-	mu sync.Mutex
-	ch chan string
-}
-
-func (w *lineWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, line := range strings.Split(strings.TrimSuffix(string(p), "\n"), "\n") {
-		select {
-		case w.ch <- line:
-		default: // nobody reads any more
-		}
-	}
-	return len(p), nil
-}
-
-// until returns the first line that matches re, skipping the others.
-func (w *lineWriter) until(t *testing.T, re string) string {
-	t.Helper()
-	for {
-		select {
-		case line := <-w.ch:
-			if regexp.MustCompile(re).MatchString(line) {
-				return line
-			}
-		case <-time.After(time.Minute):
-			require.FailNow(t, "no line matching "+re)
-		}
-	}
-}
-
 // With --metrics-addr, the demo serves the mirror's metrics for
 // Prometheus at /metrics, labelled by the prefix it mirrors.
 func TestRun_MetricsAddrServesTheMirrorsMetrics(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	out := &lineWriter{ch: make(chan string, 1000)}
+	out := &clitest.Output{}
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"--seed", "200", "--changes", "100000000", "--quiet", "--metrics-addr", "127.0.0.1:0"}, out)
+		done <- run(ctx, []string{"--seed", "200", "--changes", "100000000", "--metrics-addr", "127.0.0.1:0"}, out)
 	}()
-	url := regexp.MustCompile(`serving metrics at (\S+)`).FindStringSubmatch(out.until(t, "^serving metrics at "))[1]
-	out.until(t, "^synced 200 keys")
+	url := regexp.MustCompile(`serving metrics at (\S+)`).FindStringSubmatch(out.Until(t, "^serving metrics at "))[1]
+	out.Until(t, "^synced 200 keys")
 
 	scrape := func() string {
 		resp, err := http.Get(url)
@@ -225,17 +168,36 @@ func silentServer(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-func TestRun_HelpSucceeds(t *testing.T) {
-	var out bytes.Buffer
-	require.NoError(t, run(t.Context(), []string{"--help"}, &out))
-	assert.Contains(t, out.String(), "-endpoints")
+func TestMain(m *testing.M) { clitest.Main(m, main) }
+
+// The program's exit status: 0 for --help, 2 for a bad flag or argument,
+// saying why, 1 for a failure.
+func TestMain_ExitStatus(t *testing.T) {
+	noEtcdctlEnv(t)
+	clitest.RunCases(t, []clitest.Case{
+		{Name: "help", Args: []string{"--help"}, Stdout: "-sync-timeout"},
+		{Name: "unknown flag", Args: []string{"--no-such-flag"}, Code: 2, Stderr: "flag provided but not defined: -no-such-flag"},
+		{Name: "bad value", Args: []string{"--seed", "many"}, Code: 2, Stderr: `invalid value "many" for flag -seed`},
+		{Name: "argument", Args: []string{"stray"}, Code: 2, Stderr: `unexpected arguments ["stray"]`},
+		{Name: "empty prefix", Args: []string{"--prefix", ""}, Code: 2, Stderr: "--prefix must not be empty"},
+		{Name: "too few keys for the demo", Args: []string{"--seed", "2"}, Code: 2, Stderr: "--seed 2: the demo needs at least 3 keys"},
+		{Name: "not synced in time", Args: []string{"--endpoints", "http://" + silentServer(t), "--sync-timeout", "1s"}, Code: 1, Stderr: "not synced within --sync-timeout 1s"},
+	})
 }
 
-func TestRun_RejectsBadFlags(t *testing.T) {
-	var out bytes.Buffer
-	require.Error(t, run(t.Context(), []string{"--prefix", ""}, &out))
-	require.Error(t, run(t.Context(), []string{"stray"}, &out))
-	require.Error(t, run(t.Context(), []string{"--no-such-flag"}, &out))
+// Ctrl-C stops the program with the summary so far and status 0.
+func TestMain_InterruptPrintsTheSummaryAndExitsZero(t *testing.T) {
+	p := clitest.InterruptAt(t, "^synced 100 keys", "--seed", "100", "--changes", "100000000")
+	p.Stdout.Until(t, "^summary: ")
+}
+
+// --quiet prints the summary alone: no changes, no reported errors, no
+// logs.
+func TestMain_QuietPrintsOnlyTheSummary(t *testing.T) {
+	code, stdout, stderr := clitest.Run(t, "--quiet", "--seed", "10", "--changes", "20")
+	require.Equal(t, 0, code, stderr)
+	assert.Regexp(t, `^summary: [^\n]+\n$`, stdout)
+	assert.Empty(t, stderr)
 }
 
 func TestPlural_SaysOneInTheSingular(t *testing.T) {

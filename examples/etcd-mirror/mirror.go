@@ -15,6 +15,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	etcdmirror "github.com/listwatch/mirror/adapters/etcd"
+	"github.com/listwatch/mirror/examples/internal/cli"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -37,6 +38,7 @@ type mirrorState struct {
 	skipped      atomic.Int64 // values that failed to decode
 	lastRevision atomic.Int64 // highest ModRevision the handler saw
 	syncedAt     time.Time    // when the handler had the initial list
+	p            *cli.Printer
 
 	// undecodable holds, for each key whose value failed to decode, the
 	// revision of that value, as the ErrorHandler learnt it, which is
@@ -47,21 +49,18 @@ type mirrorState struct {
 	undecodable map[string]int64
 }
 
-// newMirror returns the informer over prefix and its handler; metrics, if
-// not nil, receives its measurements.
-func newMirror(client *clientv3.Client, prefix string, metrics mirror.Metrics, p *printer) *mirrorState {
-	m := &mirrorState{undecodable: map[string]int64{}}
-	lw := etcdmirror.NewTyped(client, prefix, decodeService, etcdmirror.Options{
-		// Report a member that does not answer after 5s rather than
-		// the default 30s; the informer retries either way.
-		RequestTimeout: 5 * time.Second,
-	})
+// newMirror returns the informer over cfg.prefix and its handler; metrics,
+// if not nil, receives its measurements.
+func newMirror(client *clientv3.Client, cfg config, metrics mirror.Metrics, p *cli.Printer) *mirrorState {
+	m := &mirrorState{undecodable: map[string]int64{}, p: p}
+	lw := etcdmirror.NewTyped(client, cfg.prefix, decodeService, etcdmirror.Options{RequestTimeout: requestTimeout})
 	// NewInformer keys the cache by etcd key, takes a key whose
 	// ModRevision did not change for no change when it relists, and a key
 	// whose CreateRevision changed for another object.
 	m.inf = etcdmirror.NewInformer(lw, etcdmirror.InformerOptions[Service]{
-		Name:    prefix,
+		Name:    cfg.prefix,
 		Metrics: metrics,
+		Logger:  cfg.Logger(), // nil, slog's default, unless --quiet
 		Indexers: mirror.Indexers[object]{
 			"zone": func(o object) ([]string, error) { return []string{o.Value.Zone}, nil },
 		},
@@ -77,7 +76,7 @@ func newMirror(client *clientv3.Client, prefix string, metrics mirror.Metrics, p
 				m.failedToDecode(skipped)
 				err = skipped
 			}
-			p.printf("reported: %v", err)
+			p.Printf("reported: %v", err)
 		},
 	})
 	reg, err := m.inf.AddEventHandler(mirror.HandlerFuncs[object]{
@@ -87,11 +86,11 @@ func newMirror(client *clientv3.Client, prefix string, metrics mirror.Metrics, p
 				return
 			}
 			m.saw(o.ModRevision)
-			p.event("add    %s  zone=%s port=%d (rev %d)", o.Key, o.Value.Zone, o.Value.Port, o.ModRevision)
+			p.Printf("add    %s  zone=%s port=%d (rev %d)", o.Key, o.Value.Zone, o.Value.Port, o.ModRevision)
 		},
 		UpdateFunc: func(old, o object) {
 			m.saw(o.ModRevision)
-			p.event("update %s  zone=%s->%s port=%d->%d (rev %d)", o.Key, old.Value.Zone, o.Value.Zone, old.Value.Port, o.Value.Port, o.ModRevision)
+			p.Printf("update %s  zone=%s->%s port=%d->%d (rev %d)", o.Key, old.Value.Zone, o.Value.Zone, old.Value.Port, o.Value.Port, o.ModRevision)
 		},
 		DeleteFunc: func(o object, finalStateUnknown bool) {
 			m.events.Add(1)
@@ -109,7 +108,7 @@ func newMirror(client *clientv3.Client, prefix string, metrics mirror.Metrics, p
 			}
 			// o is the last state the mirror held, whether the watch saw
 			// the delete or the key left the mirror otherwise.
-			p.event("delete %s  zone=%s port=%d (%s)", o.Key, o.Value.Zone, o.Value.Port, how)
+			p.Printf("delete %s  zone=%s port=%d (%s)", o.Key, o.Value.Zone, o.Value.Port, how)
 		},
 	}, mirror.HandlerOptions{Name: "print"})
 	if err != nil {
@@ -168,87 +167,26 @@ func (m *mirrorState) saw(rev int64) {
 	}
 }
 
-// firstSync waits for the initial sync until cfg.syncTimeout after
-// start, and says what it got: how many keys, and a warning if there are
-// none.
-func (m *mirrorState) firstSync(ctx context.Context, cfg config, start time.Time, p *printer) error {
-	if err := m.waitForSync(ctx, cfg.syncTimeout, start, p); err != nil {
+// firstSync waits for the initial sync, within --sync-timeout, and says
+// what it got: how many keys, and a warning if there are none.
+func (m *mirrorState) firstSync(ctx context.Context, cfg config, p *cli.Printer) error {
+	start := time.Now()
+	if err := cfg.WaitForSync(ctx, p, m.inf, m.reg); err != nil {
+		if errors.Is(err, mirror.ErrPermanent) {
+			return fmt.Errorf("etcd refuses the mirror: %w", err)
+		}
 		return err
 	}
-	p.printf("synced %s in %v", plural(m.inf.Len(), "key"), time.Since(start).Round(time.Millisecond))
+	m.syncedAt = time.Now()
+	p.Printf("synced %s in %v", plural(m.inf.Len(), "key"), time.Since(start).Round(time.Millisecond))
 	if m.inf.Len() > 0 {
 		return nil
 	}
 	if n := m.skipped.Load(); n > 0 {
-		p.printf("warning: no key under %q has a value that decodes (%s skipped)", cfg.prefix, plural(n, "value"))
+		p.Printf("warning: no key under %q has a value that decodes (%s skipped)", cfg.prefix, plural(n, "value"))
 	} else {
-		p.printf("warning: no keys under %q: is the prefix right? (etcdctl get --prefix --keys-only %q lists them)", cfg.prefix, cfg.prefix)
+		p.Printf("warning: no keys under %q: is the prefix right? (etcdctl get --prefix --keys-only %q lists them)", cfg.prefix, cfg.prefix)
 	}
-	return nil
-}
-
-// waitForSync waits for the handler to have the initial list, printing
-// progress once a second, until timeout after start (no bound if 0). If
-// the wait ends first, or the informer gives up because etcd refuses it
-// (mirror.ErrPermanent), it says why.
-func (m *mirrorState) waitForSync(ctx context.Context, timeout time.Duration, start time.Time, p *printer) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel() // ends the wait below if the timeout comes first
-	synced := make(chan error, 1)
-	go func() { synced <- m.reg.WaitForSync(ctx) }()
-	tick := time.NewTicker(time.Second)
-	defer tick.Stop()
-	var expired <-chan time.Time
-	if timeout > 0 {
-		t := time.NewTimer(timeout - time.Since(start))
-		defer t.Stop()
-		expired = t.C
-	}
-	for {
-		select {
-		case err := <-synced:
-			switch {
-			case err == nil:
-				m.syncedAt = time.Now()
-				return nil
-			case errors.Is(err, mirror.ErrPermanent):
-				return fmt.Errorf("etcd refuses the mirror: %w", err)
-			}
-			return err // ctx ended
-		case <-tick.C:
-			p.printf("initial sync: %d keys so far", m.initial.Load())
-		case <-expired:
-			return m.notSynced(fmt.Errorf("not synced within --sync-timeout %v", timeout))
-		}
-	}
-}
-
-// notSynced adds to err, which says that the initial sync did not
-// complete in time, the mirror's last failure, which says why it did not.
-func (m *mirrorState) notSynced(err error) error {
-	if last := m.inf.Freshness().Err; last != nil {
-		return fmt.Errorf("%w; last failure: %w", err, last)
-	}
-	return fmt.Errorf("%w; no failure reported yet", err)
-}
-
-// stopped ends a run whose context ended: an interruption (Ctrl-C,
-// SIGTERM) is a normal stop at any time, and so is the end of --duration
-// once the mirror has synced; either prints the summary so far and
-// returns nil. --duration over before the initial sync is a failure.
-func (m *mirrorState) stopped(ctx context.Context, cfg config, p *printer) error {
-	over := errors.Is(context.Cause(ctx), errDurationOver)
-	switch {
-	case over && m.syncedAt.IsZero():
-		return m.notSynced(fmt.Errorf("not synced within --duration %v: %w", cfg.duration, ctx.Err()))
-	case over:
-		p.printf("stopped: --duration %v over", cfg.duration)
-	case m.syncedAt.IsZero():
-		p.printf("interrupted before the first sync")
-	default:
-		p.printf("interrupted")
-	}
-	m.summary(p)
 	return nil
 }
 
@@ -270,7 +208,8 @@ func (m *mirrorState) waitFor(ctx context.Context, rev int64) error {
 	}
 }
 
-func (m *mirrorState) summary(p *printer) {
+// summary prints what the mirror holds and did.
+func (m *mirrorState) summary() {
 	zones := map[string]int{}
 	for _, o := range m.inf.All() {
 		zones[o.Value.Zone]++
@@ -286,7 +225,7 @@ func (m *mirrorState) summary(p *printer) {
 	if d := time.Since(m.syncedAt); !m.syncedAt.IsZero() && d > 0 {
 		rate = float64(events) / d.Seconds()
 	}
-	p.printf("summary: %s mirrored (by zone: %v); %s handled after the initial %d (%.0f/s since the sync); %s (%s), %s; %s reported, %s skipped",
+	m.p.Summary("summary: %s mirrored (by zone: %v); %s handled after the initial %d (%.0f/s since the sync); %s (%s), %s; %s reported, %s skipped",
 		plural(m.inf.Len(), "key"), perZone, plural(events, "change"), m.initial.Load(), rate,
 		plural(st.Lists, "list"), plural(st.Relists, "relist"), plural(st.Watches, "watch"),
 		plural(m.errors.Load(), "error"), plural(m.skipped.Load(), "undecodable value"))
@@ -306,7 +245,7 @@ func plural[N int | int64](n N, noun string) string {
 
 // verify reads the prefix straight from etcd and compares it with the
 // mirror, leaving out values that do not decode (the mirror skips them).
-func (m *mirrorState) verify(ctx context.Context, client *clientv3.Client, prefix string, p *printer) error {
+func (m *mirrorState) verify(ctx context.Context, client *clientv3.Client, prefix string, p *cli.Printer) error {
 	resp, err := client.Get(ctx, prefix, clientv3.WithPrefix())
 	if err != nil {
 		return fmt.Errorf("verify: %w", err)
@@ -324,6 +263,6 @@ func (m *mirrorState) verify(ctx context.Context, client *clientv3.Client, prefi
 	if !maps.Equal(want, got) {
 		return fmt.Errorf("verify: the mirror holds %d keys, etcd %d decodable keys: they differ", len(got), len(want))
 	}
-	p.printf("verified: the mirror matches etcd at revision %d (%d keys)", resp.Header.Revision, len(want))
+	p.Printf("verified: the mirror matches etcd at revision %d (%d keys)", resp.Header.Revision, len(want))
 	return nil
 }

@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
-	"time"
+	"sync/atomic"
 
 	"github.com/listwatch/mirror"
 	etcdmirror "github.com/listwatch/mirror/adapters/etcd"
+	"github.com/listwatch/mirror/examples/internal/cli"
 	"github.com/listwatch/mirror/reconcile"
 	"github.com/listwatch/mirror/workqueue"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -16,24 +19,30 @@ import (
 // controller is the informer over the prefix and the loop that renders
 // its keys.
 type controller struct {
-	inf  *mirror.Informer[string, etcdmirror.Object[Service]]
-	reg  *mirror.Registration
-	loop *reconcile.Loop[string]
+	inf    *mirror.Informer[string, etcdmirror.Object[Service]]
+	reg    *mirror.Registration
+	loop   *reconcile.Loop[string]
+	r      *renderer
+	p      *cli.Printer
+	errors atomic.Int64 // reported, for the summary
 }
 
-func newController(client *clientv3.Client, cfg config, p *printer) (*controller, error) {
-	lw := etcdmirror.NewTyped(client, cfg.prefix, decodeService, etcdmirror.Options{RequestTimeout: 5 * time.Second})
+func newController(client *clientv3.Client, cfg config, p *cli.Printer) (*controller, error) {
+	c := &controller{p: p}
+	lw := etcdmirror.NewTyped(client, cfg.prefix, decodeService, etcdmirror.Options{RequestTimeout: requestTimeout})
 	inf := etcdmirror.NewInformer(lw, etcdmirror.InformerOptions[Service]{
-		Name: cfg.prefix,
+		Name:   cfg.prefix,
+		Logger: cfg.Logger(), // nil, slog's default, unless --quiet
 		// A value that does not decode is reported here and its key
 		// leaves the mirror: the loop removes its file.
-		ErrorHandler: func(err error) { p.printf("reported: %v", err) },
+		ErrorHandler: func(err error) { c.report("reported: %v", err) },
 	})
 	r := &renderer{inf: inf, prefix: cfg.prefix, dir: cfg.out, p: p}
 	loop := reconcile.New[string](r, reconcile.Options{
 		Name:         "render",
 		Workers:      cfg.workers,
-		ErrorHandler: func(err error) { p.printf("reconcile: %v", err) },
+		Logger:       cfg.Logger(),
+		ErrorHandler: func(err error) { c.report("reconcile: %v", err) },
 	})
 	reg, err := reconcile.Watch(loop, inf, mirror.HandlerOptions{})
 	if err != nil {
@@ -48,7 +57,24 @@ func newController(client *clientv3.Client, cfg config, p *printer) (*controller
 	for name := range files {
 		loop.Queue().AddWithPriority(cfg.prefix+strings.TrimSuffix(name, confSuffix), workqueue.PriorityBackground)
 	}
-	return &controller{inf: inf, reg: reg, loop: loop}, nil
+	c.inf, c.reg, c.loop, c.r = inf, reg, loop, r
+	return c, nil
+}
+
+func (c *controller) report(format string, err error) {
+	c.errors.Add(1)
+	c.p.Printf(format, err)
+}
+
+// summary prints the files there are and what the loop did.
+func (c *controller) summary() {
+	files, err := rendered(c.r.dir)
+	if err != nil {
+		c.p.Summary("summary: %v", err)
+		return
+	}
+	c.p.Summary("summary: %v in %s; %d written, %d removed; %d errors reported",
+		slices.Sorted(maps.Keys(files)), c.r.dir, c.r.written.Load(), c.r.removed.Load(), c.errors.Load())
 }
 
 // start runs the informer and the loop, on one context, until ctx ends or

@@ -5,10 +5,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"slices"
 	"strings"
 	"time"
 
+	"github.com/listwatch/mirror/examples/internal/cli"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -16,7 +16,7 @@ import (
 type demoWriter struct {
 	client *clientv3.Client
 	prefix string
-	p      *printer
+	p      *cli.Printer
 }
 
 func (d *demoWriter) put(ctx context.Context, name string, s Service) error {
@@ -25,7 +25,7 @@ func (d *demoWriter) put(ctx context.Context, name string, s Service) error {
 }
 
 func (d *demoWriter) putRaw(ctx context.Context, name, value string) error {
-	d.p.printf("etcd:   put    %s%s = %s", d.prefix, name, value)
+	d.p.Printf("etcd:   put    %s%s = %s", d.prefix, name, value)
 	if _, err := d.client.Put(ctx, d.prefix+name, value); err != nil {
 		return fmt.Errorf("demo put: %w", err)
 	}
@@ -33,7 +33,7 @@ func (d *demoWriter) putRaw(ctx context.Context, name, value string) error {
 }
 
 func (d *demoWriter) delete(ctx context.Context, name string) error {
-	d.p.printf("etcd:   delete %s%s", d.prefix, name)
+	d.p.Printf("etcd:   delete %s%s", d.prefix, name)
 	if _, err := d.client.Delete(ctx, d.prefix+name); err != nil {
 		return fmt.Errorf("demo delete: %w", err)
 	}
@@ -61,7 +61,7 @@ func (d *demoWriter) seed(ctx context.Context) error {
 // run waits for the files of the initial list, then changes one service,
 // adds one, deletes one and breaks one (a value that does not decode: the
 // mirror drops the key), and waits for the files to follow each time.
-func (d *demoWriter) run(ctx context.Context, cfg config, p *printer) error {
+func (d *demoWriter) run(ctx context.Context, cfg config) error {
 	if err := d.inStep(ctx, cfg); err != nil {
 		return err
 	}
@@ -78,11 +78,6 @@ func (d *demoWriter) run(ctx context.Context, cfg config, p *printer) error {
 			return err
 		}
 	}
-	files, err := rendered(cfg.out)
-	if err != nil {
-		return err
-	}
-	p.printf("done: %v in %s, in step with etcd", slices.Sorted(maps.Keys(files)), cfg.out)
 	return nil
 }
 
@@ -103,7 +98,7 @@ func (d *demoWriter) inStep(ctx context.Context, cfg config) error {
 			return err
 		}
 		if maps.Equal(want, got) {
-			d.p.printf("verified: %s matches etcd at revision %d (%d files)", cfg.out, rev, len(got))
+			d.p.Printf("verified: %s matches etcd at revision %d (%d files)", cfg.out, rev, len(got))
 			return nil
 		}
 		select {

@@ -21,93 +21,72 @@
 // name under the prefix names its file, so it must not hold a "/". The
 // loop touches only the *.conf files of --out (made if missing): at start
 // it also reconciles the names of those already there, so that a file
-// whose key went while the program was not running is removed. Ctrl-C or
-// SIGTERM stops it cleanly at any time, with status 0.
+// whose key went while the program was not running is removed.
+//
+// It behaves as every example does (see examples/internal/cli): --help
+// exits 0 and a bad flag 2; the first sync must complete within
+// --sync-timeout (30s by default), or the program says why and exits 1;
+// Ctrl-C or SIGTERM stops it cleanly at any time, with the summary and
+// status 0; --quiet prints only the summary and fatal errors.
 package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
+	"github.com/listwatch/mirror/examples/internal/cli"
+	"github.com/listwatch/mirror/examples/internal/embedetcd"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "etcd-reconcile:", err)
-		os.Exit(1)
-	}
-}
+func main() { cli.Main("etcd-reconcile", run) }
+
+// requestTimeout bounds each request of the mirror to etcd: a member that
+// does not answer is reported after it; the informer retries either way.
+const requestTimeout = 5 * time.Second
 
 type config struct {
 	endpoints string
 	prefix    string
 	out       string
 	workers   int
-	duration  time.Duration
 	timeout   time.Duration
+	cli.Flags // --quiet, --sync-timeout, --duration
 }
 
 func parseFlags(args []string, out io.Writer) (config, error) {
 	var c config
-	fs := flag.NewFlagSet("etcd-reconcile", flag.ContinueOnError)
-	fs.SetOutput(out)
+	fs := cli.NewFlagSet("etcd-reconcile", "until interrupted, or the demo's end", &c.Flags)
 	fs.StringVar(&c.endpoints, "endpoints", "", "comma-separated etcd endpoints to read (never written); empty starts an embedded etcd with demo data")
 	fs.StringVar(&c.prefix, "prefix", "/demo/services/", "key prefix to render; it should end in \"/\"")
 	fs.StringVar(&c.out, "out", "", "directory to render <name>.conf files into (default: a new temporary directory)")
 	fs.IntVar(&c.workers, "workers", 2, "keys reconciled at once")
-	fs.DurationVar(&c.duration, "duration", 0, "stop after this long (0: until interrupted, or the demo's end)")
 	fs.DurationVar(&c.timeout, "demo-timeout", 30*time.Second, "demo: fail if the files are not in step with etcd this long after a change")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, out); err != nil {
 		return c, err
 	}
-	if fs.NArg() > 0 {
-		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	if c.prefix == "" {
-		return c, errors.New("--prefix must not be empty")
+	switch {
+	case c.prefix == "":
+		return c, cli.Usagef("--prefix must not be empty")
+	case c.workers < 1:
+		return c, cli.Usagef("--workers %d: at least 1", c.workers)
 	}
 	return c, nil
 }
 
-// printer serialises the output of the workers and the main goroutine.
-type printer struct {
-	mu  sync.Mutex
-	out io.Writer
-}
-
-func (p *printer) printf(format string, args ...any) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	fmt.Fprintf(p.out, format+"\n", args...)
-}
-
 func run(ctx context.Context, args []string, out io.Writer) error {
 	cfg, err := parseFlags(args, out)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil // the usage is printed
-	}
 	if err != nil {
 		return err
 	}
-	if cfg.duration > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, cfg.duration)
-		defer cancel()
-	}
-	p := &printer{out: out}
+	ctx, cancel := cfg.Context(ctx) // --duration
+	defer cancel()
+	p := cfg.Printer(out)
 	demo := cfg.endpoints == ""
 	if cfg.out == "" {
 		if cfg.out, err = os.MkdirTemp("", "etcd-reconcile-out-"); err != nil {
@@ -121,20 +100,17 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	} else if err := os.MkdirAll(cfg.out, 0o755); err != nil {
 		return err
 	}
-	p.printf("rendering %s* into %s", cfg.prefix, cfg.out)
+	p.Printf("rendering %s* into %s", cfg.prefix, cfg.out)
 
 	endpoints := strings.Split(cfg.endpoints, ",")
 	if demo {
-		srv, err := startEmbedded(ctx)
+		srv, err := embedetcd.Start(ctx, "etcd-reconcile")
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil // interrupted
-			}
-			return err
+			return cfg.Finish(ctx, err, p, func() { p.Summary("summary: nothing rendered") })
 		}
-		defer srv.close()
-		p.printf("started an embedded etcd at %s", srv.endpoint)
-		endpoints = []string{srv.endpoint}
+		defer srv.Close()
+		p.Printf("started an embedded etcd at %s", srv.Endpoint)
+		endpoints = []string{srv.Endpoint}
 	}
 	client, err := clientv3.New(clientv3.Config{Endpoints: endpoints, Logger: zap.NewNop()})
 	if err != nil {
@@ -142,39 +118,29 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	defer client.Close()
 
-	var d *demoWriter
-	if demo {
-		d = &demoWriter{client: client, prefix: cfg.prefix, p: p}
-		if err := d.seed(ctx); err != nil {
-			return stopped(ctx, err, p)
-		}
-	}
 	c, err := newController(client, cfg, p)
 	if err != nil {
 		return err
 	}
-	defer c.start(ctx)()
-	if err := c.reg.WaitForSync(ctx); err != nil {
-		return stopped(ctx, err, p)
+	var d *demoWriter
+	if demo {
+		d = &demoWriter{client: client, prefix: cfg.prefix, p: p}
+		if err := d.seed(ctx); err != nil {
+			return cfg.Finish(ctx, err, p, c.summary)
+		}
 	}
-	p.printf("synced %d keys", c.inf.Len())
+	defer c.start(ctx)()
+	if err := cfg.WaitForSync(ctx, p, c.inf, c.reg); err != nil {
+		return cfg.Finish(ctx, err, p, c.summary)
+	}
+	p.Printf("synced %d keys", c.inf.Len())
 	if !demo {
 		<-ctx.Done()
-		return stopped(ctx, nil, p)
+		return cfg.Finish(ctx, nil, p, c.summary)
 	}
-	return stopped(ctx, d.run(ctx, cfg, p), p)
-}
-
-// stopped ends a run with err, unless ctx ended: an interruption, or
-// --duration over, is a normal stop.
-func stopped(ctx context.Context, err error, p *printer) error {
-	if ctx.Err() == nil {
-		return err
+	if err := d.run(ctx, cfg); err != nil {
+		return cfg.Finish(ctx, err, p, c.summary)
 	}
-	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		p.printf("stopped: --duration over")
-	} else {
-		p.printf("interrupted")
-	}
+	c.summary()
 	return nil
 }

@@ -1,39 +1,22 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"maps"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/listwatch/mirror/examples/internal/cli/clitest"
+	"github.com/listwatch/mirror/examples/internal/embedetcd"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // TestRun_DemoRendersAndVerifies runs the README's command end to end, on
 // its embedded etcd: it renders the services, follows an update, an
@@ -42,13 +25,13 @@ func (b *syncBuffer) String() string {
 func TestRun_DemoRendersAndVerifies(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
-	out, dir := &syncBuffer{}, t.TempDir()
+	out, dir := &clitest.Output{}, t.TempDir()
 	require.NoError(t, run(ctx, []string{"--out", dir}, out), out.String())
 	s := out.String()
 	assert.Contains(t, s, "synced 4 keys")
 	assert.Contains(t, s, "removed cache.conf  (/demo/services/cache is gone)")
 	assert.Contains(t, s, "removed web.conf  (/demo/services/web is gone)", "a value that does not decode")
-	assert.Contains(t, s, "done: [api.conf db.conf search.conf] in "+dir)
+	assert.Contains(t, s, "summary: [api.conf db.conf search.conf] in "+dir+"; ")
 
 	files, err := rendered(dir)
 	require.NoError(t, err)
@@ -58,12 +41,12 @@ func TestRun_DemoRendersAndVerifies(t *testing.T) {
 }
 
 // startEtcd starts an embedded etcd for a test and returns a client of it.
-func startEtcd(t *testing.T) (*embedded, *clientv3.Client) {
+func startEtcd(t *testing.T) (*embedetcd.Server, *clientv3.Client) {
 	t.Helper()
-	srv, err := startEmbedded(t.Context())
+	srv, err := embedetcd.Start(t.Context(), "etcd-reconcile-test")
 	require.NoError(t, err)
-	t.Cleanup(srv.close)
-	client, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.endpoint}, Logger: zap.NewNop()})
+	t.Cleanup(srv.Close)
+	client, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.Endpoint}, Logger: zap.NewNop()})
 	require.NoError(t, err)
 	t.Cleanup(func() { client.Close() })
 	return srv, client
@@ -90,12 +73,12 @@ func TestRun_FilesFollowEtcd(t *testing.T) {
 	put(prefix+"api", `{"zone":"eu","port":443}`)
 	put(prefix+"a/b", `{"zone":"eu","port":1}`)
 
-	out := &syncBuffer{}
+	out := &clitest.Output{}
 	done := make(chan error, 1)
 	runCtx, interrupt := context.WithCancel(ctx)
 	defer interrupt()
 	go func() {
-		done <- run(runCtx, []string{"--endpoints", srv.endpoint, "--prefix", prefix, "--out", dir}, out)
+		done <- run(runCtx, []string{"--endpoints", srv.Endpoint, "--prefix", prefix, "--out", dir}, out)
 	}()
 	inStep := func(names ...string) {
 		t.Helper()
@@ -130,6 +113,7 @@ func TestRun_FilesFollowEtcd(t *testing.T) {
 	interrupt()
 	require.NoError(t, <-done)
 	assert.Contains(t, out.String(), "interrupted\n")
+	assert.Contains(t, out.String(), "summary: [] in "+dir+"; ")
 	assert.Contains(t, out.String(), "removed stale.conf  (/svc/stale is gone)")
 	assert.Contains(t, out.String(), `reconcile: reconcile "render": key /svc/a/b (dropped): "/svc/a/b": `+errBadName.Error())
 	entries, err := os.ReadDir(dir)
@@ -139,16 +123,47 @@ func TestRun_FilesFollowEtcd(t *testing.T) {
 
 func TestRun_DurationEndsTheRun(t *testing.T) {
 	srv, _ := startEtcd(t)
-	out := &syncBuffer{}
-	require.NoError(t, run(t.Context(), []string{"--endpoints", srv.endpoint, "--out", t.TempDir(), "--duration", "500ms"}, out))
-	assert.Contains(t, out.String(), "stopped: --duration over")
+	out := &clitest.Output{}
+	require.NoError(t, run(t.Context(), []string{"--endpoints", srv.Endpoint, "--out", t.TempDir(), "--duration", "500ms"}, out))
+	assert.Contains(t, out.String(), "stopped: --duration 500ms over")
 }
 
-func TestRun_HelpSucceedsAndBadFlagsFail(t *testing.T) {
-	var out bytes.Buffer
-	require.NoError(t, run(t.Context(), []string{"--help"}, &out))
-	assert.Contains(t, out.String(), "-endpoints")
-	require.Error(t, run(t.Context(), []string{"stray"}, &out))
-	require.Error(t, run(t.Context(), []string{"--no-such-flag"}, &out))
-	require.Error(t, run(t.Context(), []string{"--prefix", ""}, &out))
+func TestMain(m *testing.M) { clitest.Main(m, main) }
+
+// The program's exit status: 0 for --help, 2 for a bad flag or argument,
+// saying why, 1 for a failure.
+func TestMain_ExitStatus(t *testing.T) {
+	clitest.RunCases(t, []clitest.Case{
+		{Name: "help", Args: []string{"--help"}, Stdout: "-sync-timeout"},
+		{Name: "unknown flag", Args: []string{"--no-such-flag"}, Code: 2, Stderr: "flag provided but not defined: -no-such-flag"},
+		{Name: "argument", Args: []string{"stray"}, Code: 2, Stderr: `unexpected arguments ["stray"]`},
+		{Name: "empty prefix", Args: []string{"--prefix", ""}, Code: 2, Stderr: "--prefix must not be empty"},
+		{Name: "no workers", Args: []string{"--workers", "0"}, Code: 2, Stderr: "--workers 0: at least 1"},
+		{Name: "not synced in time", Args: []string{"--endpoints", "http://" + silentServer(t), "--sync-timeout", "1s", "--out", t.TempDir()}, Code: 1, Stderr: "not synced within --sync-timeout 1s"},
+	})
+}
+
+// Ctrl-C stops the program with the summary so far and status 0.
+func TestMain_InterruptPrintsTheSummaryAndExitsZero(t *testing.T) {
+	srv, _ := startEtcd(t)
+	p := clitest.InterruptAt(t, "^synced 0 keys", "--endpoints", srv.Endpoint, "--out", t.TempDir())
+	p.Stdout.Until(t, `^summary: \[\] in `)
+}
+
+// --quiet prints the summary alone: no files written, no reported errors,
+// no logs.
+func TestMain_QuietPrintsOnlyTheSummary(t *testing.T) {
+	code, stdout, stderr := clitest.Run(t, "--quiet")
+	require.Equal(t, 0, code, stderr)
+	assert.Regexp(t, `^summary: \[api.conf db.conf search.conf\] in [^\n]+\n$`, stdout)
+	assert.Empty(t, stderr)
+}
+
+// silentServer returns the address of a server that accepts connections
+// and never answers.
+func silentServer(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	return ln.Addr().String() // the backlog accepts, nobody answers
 }

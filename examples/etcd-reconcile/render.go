@@ -8,9 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 
 	"github.com/listwatch/mirror"
 	etcdmirror "github.com/listwatch/mirror/adapters/etcd"
+	"github.com/listwatch/mirror/examples/internal/cli"
 	"github.com/listwatch/mirror/reconcile"
 )
 
@@ -45,7 +47,9 @@ type renderer struct {
 	inf    *mirror.Informer[string, etcdmirror.Object[Service]]
 	prefix string
 	dir    string
-	p      *printer
+	p      *cli.Printer
+
+	written, removed atomic.Int64 // files, for the summary
 }
 
 // fileName returns the file that renders key, or errBadName.
@@ -79,7 +83,8 @@ func (r *renderer) Reconcile(_ context.Context, key string) (reconcile.Result, e
 		case err != nil:
 			return reconcile.Result{}, err // retried after a backoff
 		default:
-			r.p.printf("removed %s  (%s is gone)", filepath.Base(path), key)
+			r.removed.Add(1)
+			r.p.Printf("removed %s  (%s is gone)", filepath.Base(path), key)
 		}
 		return reconcile.Result{}, nil
 	}
@@ -91,7 +96,8 @@ func (r *renderer) Reconcile(_ context.Context, key string) (reconcile.Result, e
 	if err := writeAtomically(path, want); err != nil {
 		return reconcile.Result{}, err
 	}
-	r.p.printf("wrote   %s  zone=%s port=%d (rev %d)", filepath.Base(path), o.Value.Zone, o.Value.Port, o.ModRevision)
+	r.written.Add(1)
+	r.p.Printf("wrote   %s  zone=%s port=%d (rev %d)", filepath.Base(path), o.Value.Zone, o.Value.Port, o.ModRevision)
 	return reconcile.Result{}, nil
 }
 

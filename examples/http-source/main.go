@@ -7,36 +7,41 @@
 //
 // It fills the catalog, mirrors it into an informer, changes a few
 // products, prints what the informer's handler is told, and exits.
+//
+// It behaves as every example does (see examples/internal/cli): --help
+// exits 0 and a bad flag 2; the first sync must complete within
+// --sync-timeout (30s by default), or the program says why and exits 1;
+// Ctrl-C or SIGTERM is a normal stop: the program prints the summary so
+// far and exits 0; --quiet prints only the summary and fatal errors.
 package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"os/signal"
 	"slices"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/examples/internal/cli"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "http-source:", err)
-		os.Exit(1)
-	}
-}
+func main() { cli.Main("http-source", run) }
 
-func run(ctx context.Context, out io.Writer) error {
+func run(ctx context.Context, args []string, out io.Writer) error {
+	var flags cli.Flags // --quiet, --sync-timeout, --duration: no others
+	if err := cli.Parse(cli.NewFlagSet("http-source", "the demo's end", &flags), args, out); err != nil {
+		return err
+	}
+	ctx, cancel := flags.Context(ctx) // --duration
+	defer cancel()
+	p := flags.Printer(out)
+
 	cat := newCatalog(1000)
 	cat.set("apple", 120)
 	cat.set("bread", 250)
@@ -51,9 +56,9 @@ func run(ctx context.Context, out io.Writer) error {
 	defer srv.Close()
 	wg.Go(func() { _ = srv.Serve(ln) })
 
-	inf := newInformer(&source{base: "http://" + ln.Addr().String(), client: &http.Client{}})
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel() // first: the informer stops before the server closes
+	inf := newInformer(&source{base: "http://" + ln.Addr().String(), client: &http.Client{}}, flags.Logger())
+	ctx, stop := context.WithCancel(ctx)
+	defer stop() // first: the informer stops before the server closes
 	notes := make(chan string)
 	note := func(format string, args ...any) {
 		select {
@@ -61,7 +66,7 @@ func run(ctx context.Context, out io.Writer) error {
 		case <-ctx.Done():
 		}
 	}
-	reg, err := inf.AddEventHandler(mirror.HandlerFuncs[Product]{
+	_, err = inf.AddEventHandler(mirror.HandlerFuncs[Product]{
 		AddFunc: func(p Product, initial bool) {
 			note("add    %-6s %s (initial list: %t)", p.Name, price(p), initial)
 		},
@@ -80,58 +85,57 @@ func run(ctx context.Context, out io.Writer) error {
 	// Each change is printed as the handler hears of it.
 	show := func(n int) error {
 		for range n {
+			if ctx.Err() != nil { // interrupted: print no more
+				return ctx.Err()
+			}
 			select {
 			case s := <-notes:
-				fmt.Fprintln(out, s)
+				p.Printf("%s", s)
 			case <-ctx.Done():
 				return ctx.Err()
 			}
 		}
 		return nil
 	}
-	if err := show(3); err != nil {
-		return interrupted(err)
+	summary := func(r mirror.Reader[string, Product], version string) {
+		names := r.ListKeys()
+		slices.Sort(names)
+		p.Summary("summary: %d products mirrored at revision %s: %v", len(names), version, names)
 	}
-	if err := mirror.WaitForCacheSync(ctx, reg); err != nil {
-		return interrupted(err)
+	soFar := func() { summary(inf, inf.Freshness().ResourceVersion) }
+	if err := flags.WaitForSync(ctx, p, inf, inf); err != nil {
+		return flags.Finish(ctx, err, p, soFar)
+	}
+	if err := show(3); err != nil {
+		return flags.Finish(ctx, err, p, soFar)
 	}
 	cat.set("bread", 275)
 	cat.set("dates", 400)
 	cat.remove("apple")
 	if err := show(3); err != nil {
-		return interrupted(err)
+		return flags.Finish(ctx, err, p, soFar)
 	}
 
 	// A consistent read: every change the catalog made before it is in
 	// what it returns, whether or not the handlers have heard of it yet.
 	r, err := inf.Consistent(ctx, mirror.ConsistentOptions{})
 	if err != nil {
-		return interrupted(err)
+		return flags.Finish(ctx, err, p, soFar)
 	}
-	names := r.ListKeys()
-	slices.Sort(names)
-	fmt.Fprintln(out, "mirrored at revision", inf.Freshness().ResourceVersion+":", names)
+	summary(r, inf.Freshness().ResourceVersion)
 	return nil
 }
 
 // newInformer returns an informer of the catalog's products, keyed by
 // name. Their revision serves as their version, so that a relist reports
 // only the products that changed.
-func newInformer(src mirror.ListWatcher[Product]) *mirror.Informer[string, Product] {
+func newInformer(src mirror.ListWatcher[Product], logger *slog.Logger) *mirror.Informer[string, Product] {
 	return mirror.NewInformer(src, mirror.InformerOptions[string, Product]{
 		Name:            "catalog",
+		Logger:          logger, // nil: slog's default
 		KeyFunc:         func(p Product) (string, error) { return p.Name, nil },
 		ResourceVersion: func(p Product) string { return strconv.FormatInt(p.Revision, 10) },
 	})
-}
-
-// interrupted returns nil for an interrupted run (Ctrl-C), which is no
-// failure, and err otherwise.
-func interrupted(err error) error {
-	if errors.Is(err, context.Canceled) {
-		return nil
-	}
-	return err
 }
 
 func price(p Product) string { return fmt.Sprintf("%d.%02d", p.Price/100, p.Price%100) }

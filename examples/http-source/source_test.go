@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/examples/internal/cli"
+	"github.com/listwatch/mirror/examples/internal/cli/clitest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -79,7 +81,7 @@ func serve(t *testing.T, h http.Handler) *source {
 // the notifications of its handler, one line each, once it has synced.
 func startInformer(t *testing.T, src *source) (*mirror.Informer[string, Product], <-chan string) {
 	t.Helper()
-	inf := newInformer(src)
+	inf := newInformer(src, nil)
 	notes := make(chan string, 100)
 	reg, err := inf.AddEventHandler(mirror.HandlerFuncs[Product]{
 		AddFunc:    func(p Product, _ bool) { notes <- fmt.Sprintf("add %s %d", p.Name, p.Price) },
@@ -208,13 +210,46 @@ func TestWatcher_StopEndsNextWithEOF(t *testing.T) {
 
 func TestRun_PrintsTheDemo(t *testing.T) {
 	var out bytes.Buffer
-	require.NoError(t, run(t.Context(), &out))
+	require.NoError(t, run(t.Context(), nil, &out))
 	assert.Equal(t, `add    apple  1.20 (initial list: true)
 add    bread  2.50 (initial list: true)
 add    cheese 9.00 (initial list: true)
 update bread  2.50 -> 2.75
 add    dates  4.00 (initial list: false)
 delete apple  last 1.20 (final state unknown: false)
-mirrored at revision 7: [bread cheese dates]
+summary: 3 products mirrored at revision 7: [bread cheese dates]
 `, out.String())
+}
+
+func TestMain(m *testing.M) { clitest.Main(m, main) }
+
+// The program's exit status: 0 for --help, 2 for a bad flag or argument,
+// saying why.
+func TestMain_ExitStatus(t *testing.T) {
+	clitest.RunCases(t, []clitest.Case{
+		{Name: "help", Args: []string{"--help"}, Stdout: "-sync-timeout"},
+		{Name: "unknown flag", Args: []string{"--no-such-flag"}, Code: 2, Stderr: "flag provided but not defined: -no-such-flag"},
+		{Name: "argument", Args: []string{"stray"}, Code: 2, Stderr: `unexpected arguments ["stray"]`},
+	})
+}
+
+// --quiet prints the summary alone: no changes, no logs.
+func TestMain_QuietPrintsOnlyTheSummary(t *testing.T) {
+	code, stdout, stderr := clitest.Run(t, "--quiet")
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, "summary: 3 products mirrored at revision 7: [bread cheese dates]\n", stdout)
+	assert.Empty(t, stderr)
+}
+
+// An interruption, here once the first product is printed, stops the
+// demo with the summary so far, and the program exits 0.
+func TestRun_InterruptPrintsTheSummaryAndExitsZero(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	out, stderr := clitest.CancelAt("add    apple", cancel), &bytes.Buffer{}
+	require.Equal(t, cli.ExitOK, cli.Run(ctx, "http-source", run, nil, out, stderr), stderr.String())
+	assert.Regexp(t, `^add    apple  1.20 \(initial list: true\)
+interrupted
+summary: 3 products mirrored at revision \d+: \[apple bread cheese\]
+$`, out.String())
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/listwatch/mirror/examples/internal/cli"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -59,7 +60,7 @@ func (e *embedded) url() string { return fmt.Sprintf("nats://127.0.0.1:%d", e.op
 
 // runDemo runs the demo against an embedded server: seed, mirror, change,
 // restart, change again, check.
-func runDemo(ctx context.Context, cfg config, p *printer) error {
+func runDemo(ctx context.Context, cfg config, p *cli.Printer) error {
 	dir, err := os.MkdirTemp("", "nats-mirror-")
 	if err != nil {
 		return err
@@ -70,7 +71,7 @@ func runDemo(ctx context.Context, cfg config, p *printer) error {
 		return err
 	}
 	defer func() { srv.stop() }()
-	p.event("embedded nats-server at %s", srv.url())
+	p.Printf("embedded nats-server at %s", srv.url())
 
 	connect := func(name string) (*nats.Conn, jetstream.JetStream, error) {
 		nc, err := nats.Connect(srv.url(), nats.Name(name), nats.MaxReconnects(-1),
@@ -90,24 +91,30 @@ func runDemo(ctx context.Context, cfg config, p *printer) error {
 	if err != nil {
 		return err
 	}
-	w := &writer{kv: kv, rng: rand.New(rand.NewPCG(1, 2))}
-	for i := range cfg.seed {
-		if err := w.put(ctx, fmt.Sprintf("svc.%05d", i), i); err != nil {
-			return err
-		}
-	}
-
 	mnc, mjs, err := connect("nats-mirror")
 	if err != nil {
 		return err
 	}
 	defer mnc.Close()
-	m := startMirror(ctx, mjs, cfg.bucket, p)
+	w := &writer{kv: kv, rng: rand.New(rand.NewPCG(1, 2))}
+	for i := range cfg.seed {
+		if err := w.put(ctx, fmt.Sprintf("svc.%05d", i), i); err != nil {
+			return cfg.Finish(ctx, err, p, func() { p.Summary("summary: nothing mirrored") })
+		}
+	}
+	m := startMirror(ctx, mjs, cfg, p)
 	defer m.stop()
-	if err := m.waitForSync(ctx, cfg.syncTimeout); err != nil {
+	return cfg.Finish(ctx, demo(ctx, cfg, srv, w, m), p, m.summary)
+}
+
+// demo waits for the first sync, makes half the changes, restarts the
+// server, makes the other half, waits until the mirror has them and
+// checks it against the bucket.
+func demo(ctx context.Context, cfg config, srv *embedded, w *writer, m *mirrorRun) error {
+	if err := m.waitForSync(ctx, cfg); err != nil {
 		return err
 	}
-	p.printf("synced: %d keys", m.inf.Len())
+	p, kv := m.p, w.kv
 
 	half := cfg.changes / 2
 	if err := w.changes(ctx, cfg.seed, half); err != nil {
@@ -115,7 +122,7 @@ func runDemo(ctx context.Context, cfg config, p *printer) error {
 	}
 	// An outage: the server stops and starts again from its store, and
 	// the mirror resumes where it was.
-	p.event("restarting the server")
+	p.Printf("restarting the server")
 	srv.stop()
 	if err := srv.start(); err != nil {
 		return err
@@ -137,8 +144,7 @@ func runDemo(ctx context.Context, cfg config, p *printer) error {
 		}
 		select {
 		case <-ctx.Done():
-			m.summary()
-			return nil
+			return ctx.Err()
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
@@ -226,6 +232,6 @@ func check(ctx context.Context, kv jetstream.KeyValue, m *mirrorRun) error {
 	if !maps.Equal(want, got) || !maps.Equal(want, told) {
 		return fmt.Errorf("the mirror (%d keys, handler told of %d) differs from the bucket (%d keys)", len(got), len(told), len(want))
 	}
-	m.p.printf("check: the mirror and its handler match the bucket (%d keys)", len(want))
+	m.p.Printf("check: the mirror and its handler match the bucket (%d keys)", len(want))
 	return nil
 }

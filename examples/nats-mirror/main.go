@@ -21,11 +21,12 @@
 //
 //	go run ./examples/nats-mirror --url nats://10.0.0.1:4222 --creds user.creds --bucket services
 //
-// The first sync must complete within --sync-timeout (30s by default): if
-// it does not (server unreachable, bucket missing, permission refused),
-// the program says why and exits with status 1. Ctrl-C or SIGTERM is a
-// normal stop: the program prints the summary so far and exits with
-// status 0.
+// It behaves as every example does (see examples/internal/cli): --help
+// exits 0 and a bad flag 2; the first sync must complete within
+// --sync-timeout (30s by default), or the program says why (server
+// unreachable, bucket missing, permission refused) and exits 1; Ctrl-C or
+// SIGTERM is a normal stop: the program prints the summary so far and
+// exits 0; --quiet prints only the summary and fatal errors.
 //
 // Values are JSON objects such as {"name": "api", "zone": "eu", "port": 443}.
 package main
@@ -33,30 +34,18 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"sync"
-	"syscall"
-	"time"
 
 	"github.com/listwatch/mirror"
 	natsmirror "github.com/listwatch/mirror/adapters/nats"
+	"github.com/listwatch/mirror/examples/internal/cli"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "nats-mirror:", err)
-		os.Exit(1)
-	}
-}
+func main() { cli.Main("nats-mirror", run) }
 
 // Service is the value stored under each key.
 type Service struct {
@@ -77,72 +66,37 @@ type object = natsmirror.Object[Service]
 type config struct {
 	url, creds, bucket string
 	seed, changes      int
-	duration           time.Duration
-	syncTimeout        time.Duration
-	quiet              bool
+	cli.Flags          // --quiet, --sync-timeout, --duration
 }
 
 func parseFlags(args []string, out io.Writer) (config, error) {
 	var c config
-	fs := flag.NewFlagSet("nats-mirror", flag.ContinueOnError)
-	fs.SetOutput(out)
+	fs := cli.NewFlagSet("nats-mirror", "until interrupted, or the demo's end", &c.Flags)
 	fs.StringVar(&c.url, "url", "", "NATS server URL(s) to mirror a bucket of, read-only; empty starts an embedded nats-server with demo data")
 	fs.StringVar(&c.creds, "creds", "", "credentials file for the server (with --url)")
 	fs.StringVar(&c.bucket, "bucket", "demo", "key-value bucket to mirror")
 	fs.IntVar(&c.seed, "seed", 1000, "demo: keys written before the mirror starts")
 	fs.IntVar(&c.changes, "changes", 200, "demo: changes written while the mirror runs")
-	fs.DurationVar(&c.duration, "duration", 0, "stop after this long, initial sync included (0: until interrupted, or the demo's end)")
-	fs.DurationVar(&c.syncTimeout, "sync-timeout", 30*time.Second, "fail if the initial sync has not completed in this long (0: wait as long as it takes)")
-	fs.BoolVar(&c.quiet, "quiet", false, "print only the summary")
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, out); err != nil {
 		return c, err
 	}
-	if fs.NArg() > 0 {
-		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	if c.url == "" && c.creds != "" {
-		return c, errors.New("--creds needs --url: the demo's server has no users")
+	switch {
+	case c.url == "" && c.creds != "":
+		return c, cli.Usagef("--creds needs --url: the demo's server has no users")
+	case c.seed < 0 || c.changes < 0:
+		return c, cli.Usagef("--seed %d --changes %d: neither may be negative", c.seed, c.changes)
 	}
 	return c, nil
 }
 
-// printer serialises output from the handler and the main goroutine.
-type printer struct {
-	mu    sync.Mutex
-	out   io.Writer
-	quiet bool
-}
-
-func (p *printer) event(format string, args ...any) {
-	if !p.quiet {
-		p.printf(format, args...)
-	}
-}
-
-func (p *printer) printf(format string, args ...any) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	fmt.Fprintf(p.out, format+"\n", args...)
-}
-
-// errDurationOver is the cause of the end of run's context when
-// --duration is over.
-var errDurationOver = errors.New("--duration over")
-
 func run(ctx context.Context, args []string, out io.Writer) error {
 	cfg, err := parseFlags(args, out)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil // the usage is printed
-	}
 	if err != nil {
 		return err
 	}
-	if cfg.duration > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeoutCause(ctx, cfg.duration, errDurationOver)
-		defer cancel()
-	}
-	p := &printer{out: out, quiet: cfg.quiet}
+	ctx, cancel := cfg.Context(ctx) // --duration
+	defer cancel()
+	p := cfg.Printer(out)
 	if cfg.url == "" {
 		return runDemo(ctx, cfg, p)
 	}
@@ -159,15 +113,13 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	m := startMirror(ctx, js, cfg.bucket, p)
+	m := startMirror(ctx, js, cfg, p)
 	defer m.stop()
-	if err := m.waitForSync(ctx, cfg.syncTimeout); err != nil {
-		return err
+	err = m.waitForSync(ctx, cfg)
+	if err == nil {
+		<-ctx.Done()
 	}
-	p.printf("synced: %d keys", m.inf.Len())
-	<-ctx.Done()
-	m.summary()
-	return nil
+	return cfg.Finish(ctx, err, p, m.summary)
 }
 
 // mirrorRun is a running informer of a bucket, with the counts of what its
@@ -176,42 +128,42 @@ type mirrorRun struct {
 	lw   *natsmirror.ListWatcher[Service]
 	inf  *mirror.Informer[string, object]
 	reg  *mirror.Registration
-	p    *printer
+	p    *cli.Printer
 	stop func()
 
 	mu                              sync.Mutex
 	adds, updates, deletes, errored int
-	lastErr                         error
 	seen                            map[string]string // key -> name of the last value told
 }
 
-// startMirror starts an informer of bucket that prints what it is told.
-func startMirror(ctx context.Context, js jetstream.JetStream, bucket string, p *printer) *mirrorRun {
+// startMirror starts an informer of cfg.bucket that prints what it is
+// told.
+func startMirror(ctx context.Context, js jetstream.JetStream, cfg config, p *cli.Printer) *mirrorRun {
 	m := &mirrorRun{p: p, seen: map[string]string{}}
-	m.lw = natsmirror.NewTyped(js, bucket, decodeService, natsmirror.Options{})
+	m.lw = natsmirror.NewTyped(js, cfg.bucket, decodeService, natsmirror.Options{})
 	m.inf = natsmirror.NewInformer(m.lw, natsmirror.InformerOptions[Service]{
+		Logger: cfg.Logger(), // nil, slog's default, unless --quiet
 		ErrorHandler: func(err error) {
 			m.mu.Lock()
 			m.errored++
-			m.lastErr = err
 			m.mu.Unlock()
-			p.event("error: %v", err)
+			p.Printf("error: %v", err)
 		},
 	})
 	m.reg, _ = m.inf.AddEventHandler(mirror.HandlerFuncs[object]{
 		AddFunc: func(o object, initial bool) {
 			m.count(&m.adds, o.Key, o.Value.Name)
 			if !initial {
-				p.event("add    %s rev %d: %s in %s, port %d", o.Key, o.Revision, o.Value.Name, o.Value.Zone, o.Value.Port)
+				p.Printf("add    %s rev %d: %s in %s, port %d", o.Key, o.Revision, o.Value.Name, o.Value.Zone, o.Value.Port)
 			}
 		},
 		UpdateFunc: func(old, o object) {
 			m.count(&m.updates, o.Key, o.Value.Name)
-			p.event("update %s rev %d: port %d -> %d", o.Key, o.Revision, old.Value.Port, o.Value.Port)
+			p.Printf("update %s rev %d: port %d -> %d", o.Key, o.Revision, old.Value.Port, o.Value.Port)
 		},
 		DeleteFunc: func(o object, unknown bool) {
 			m.count(&m.deletes, o.Key, "")
-			p.event("delete %s (last at rev %d, final state unknown: %t)", o.Key, o.Revision, unknown)
+			p.Printf("delete %s (last at rev %d, final state unknown: %t)", o.Key, o.Revision, unknown)
 		},
 	}, mirror.HandlerOptions{})
 	ictx, cancel := context.WithCancel(ctx)
@@ -235,28 +187,13 @@ func (m *mirrorRun) count(n *int, key, name string) {
 	}
 }
 
-// waitForSync waits until the mirror has its first list, for at most
-// timeout (0: no bound), and says why it failed if it did not.
-func (m *mirrorRun) waitForSync(ctx context.Context, timeout time.Duration) error {
-	sctx := ctx
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		sctx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
+// waitForSync waits until the mirror has its first list, within
+// --sync-timeout.
+func (m *mirrorRun) waitForSync(ctx context.Context, cfg config) error {
+	if err := cfg.WaitForSync(ctx, m.p, m.inf, m.reg); err != nil {
+		return err
 	}
-	start := time.Now()
-	if err := mirror.WaitForCacheSync(sctx, m.reg); err != nil {
-		if ctx.Err() != nil {
-			return nil // interrupted: not a failure
-		}
-		m.mu.Lock()
-		defer m.mu.Unlock()
-		if m.lastErr != nil {
-			return fmt.Errorf("initial sync: %w (last error: %v)", err, m.lastErr)
-		}
-		return fmt.Errorf("initial sync: %w", err)
-	}
-	m.p.event("initial sync of bucket %q took %v", m.lw.Bucket(), time.Since(start).Round(time.Millisecond))
+	m.p.Printf("synced: %d keys", m.inf.Len())
 	return nil
 }
 
@@ -265,6 +202,6 @@ func (m *mirrorRun) summary() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	st := m.lw.Stats()
-	m.p.printf("summary: %d keys mirrored; handler told %d adds, %d updates, %d deletes; %d errors reported; %d lists, %d watches, %d expired",
+	m.p.Summary("summary: %d keys mirrored; handler told %d adds, %d updates, %d deletes; %d errors reported; %d lists, %d watches, %d expired",
 		m.inf.Len(), m.adds, m.updates, m.deletes, m.errored, st.Lists, st.Watches, st.Expired)
 }

@@ -3,10 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/listwatch/mirror/examples/internal/cli/clitest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -23,14 +23,6 @@ func TestRun_DemoMirrorsTheBucketAcrossARestart(t *testing.T) {
 	assert.Contains(t, s, `object "svc.bad"`) // the value that does not decode
 }
 
-func TestRun_QuietPrintsOnlyTheSummary(t *testing.T) {
-	var out bytes.Buffer
-	require.NoError(t, run(t.Context(), []string{"--quiet", "--seed", "10", "--changes", "10"}, &out))
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	require.Len(t, lines, 3, out.String())
-	assert.True(t, strings.HasPrefix(lines[2], "summary: "))
-}
-
 func TestRun_UnreachableServerFailsTheSync(t *testing.T) {
 	err := run(t.Context(), []string{"--url", "nats://127.0.0.1:1", "--sync-timeout", "1s"}, &bytes.Buffer{})
 	require.Error(t, err)
@@ -39,4 +31,34 @@ func TestRun_UnreachableServerFailsTheSync(t *testing.T) {
 func TestParseFlags_RefusesCredsWithoutURL(t *testing.T) {
 	_, err := parseFlags([]string{"--creds", "x.creds"}, &bytes.Buffer{})
 	require.ErrorContains(t, err, "--creds needs --url")
+}
+
+func TestMain(m *testing.M) { clitest.Main(m, main) }
+
+// The program's exit status: 0 for --help, 2 for a bad flag or argument,
+// saying why, 1 for a failure.
+func TestMain_ExitStatus(t *testing.T) {
+	clitest.RunCases(t, []clitest.Case{
+		{Name: "help", Args: []string{"--help"}, Stdout: "-sync-timeout"},
+		{Name: "unknown flag", Args: []string{"--no-such-flag"}, Code: 2, Stderr: "flag provided but not defined: -no-such-flag"},
+		{Name: "argument", Args: []string{"stray"}, Code: 2, Stderr: `unexpected arguments ["stray"]`},
+		{Name: "negative seed", Args: []string{"--seed", "-1"}, Code: 2, Stderr: "--seed -1 --changes 200: neither may be negative"},
+		{Name: "creds without a server", Args: []string{"--creds", "x.creds"}, Code: 2, Stderr: "--creds needs --url"},
+		{Name: "unreachable", Args: []string{"--url", "nats://127.0.0.1:1", "--sync-timeout", "1s"}, Code: 1, Stderr: "connect to nats://127.0.0.1:1"},
+	})
+}
+
+// Ctrl-C stops the program with the summary so far and status 0.
+func TestMain_InterruptPrintsTheSummaryAndExitsZero(t *testing.T) {
+	p := clitest.InterruptAt(t, "^synced: 100 keys", "--seed", "100", "--changes", "100000000")
+	p.Stdout.Until(t, "^summary: ")
+}
+
+// --quiet prints the summary alone: no changes, no reported errors, no
+// logs.
+func TestMain_QuietPrintsOnlyTheSummary(t *testing.T) {
+	code, stdout, stderr := clitest.Run(t, "--quiet", "--seed", "10", "--changes", "10")
+	require.Equal(t, 0, code, stderr)
+	assert.Regexp(t, `^summary: [^\n]+\n$`, stdout)
+	assert.Empty(t, stderr)
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/adapters/k8s"
+	"github.com/listwatch/mirror/examples/internal/cli"
 	"github.com/listwatch/mirror/reconcile"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -28,14 +29,14 @@ func indexRunningOn(pod *corev1.Pod) ([]string, error) {
 // no longer running is counted out wherever it was.
 type nodeCounter struct {
 	inf *mirror.Informer[k8s.Key, *corev1.Pod]
-	p   *printer
+	p   *cli.Printer
 
 	mu      sync.Mutex
 	lastOn  map[k8s.Key]string // the node each Pod was last reconciled on
 	printed map[string]int     // the count last printed for each node
 }
 
-func newNodeCounter(inf *mirror.Informer[k8s.Key, *corev1.Pod], p *printer) *nodeCounter {
+func newNodeCounter(inf *mirror.Informer[k8s.Key, *corev1.Pod], p *cli.Printer) *nodeCounter {
 	return &nodeCounter{inf: inf, p: p, lastOn: map[k8s.Key]string{}, printed: map[string]int{}}
 }
 
@@ -69,7 +70,7 @@ func (c *nodeCounter) Reconcile(_ context.Context, key k8s.Key) (reconcile.Resul
 			continue
 		}
 		c.printed[n] = len(keys)
-		c.p.printf("node   %s  %d running", n, len(keys))
+		c.p.Printf("node   %s  %d running", n, len(keys))
 	}
 	return reconcile.Result{}, nil
 }

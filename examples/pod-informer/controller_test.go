@@ -1,15 +1,14 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"maps"
 	"regexp"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/listwatch/mirror/examples/internal/cli/clitest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -17,24 +16,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 )
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader at once.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 var nodeLine = regexp.MustCompile(`(?m)^node   (\S+)  (\d+) running$`)
 
@@ -85,7 +66,7 @@ func TestController_NodeCountsConvergeToTheCluster(t *testing.T) {
 		podOn("shop", "queued", "", corev1.PodPending))
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	out := &syncBuffer{}
+	out := &clitest.Output{}
 	done := make(chan error, 1)
 	go func() { done <- mirrorPods(ctx, clientset, config{}, out) }()
 

@@ -14,60 +14,47 @@
 // optionally restricted by a --selector on labels. With --metrics-addr it
 // serves the informer's metrics for Prometheus (see adapters/mirrorprom) at
 // /metrics.
+//
+// It behaves as every example does (see examples/internal/cli): --help
+// exits 0 and a bad flag 2; the first sync must complete within
+// --sync-timeout (30s by default), or the program says why and exits 1;
+// Ctrl-C or SIGTERM is a normal stop: the program prints the summary, the
+// Pods by namespace, and exits 0; --quiet prints only the summary and
+// fatal errors.
 package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
 
+	"github.com/listwatch/mirror/examples/internal/cli"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
-		fmt.Fprintln(os.Stderr, "pod-informer:", err)
-		os.Exit(1)
-	}
-}
+func main() { cli.Main("pod-informer", run) }
 
 type config struct {
 	kubeconfig  string
 	namespace   string
 	selector    string
 	metricsAddr string
+	cli.Flags   // --quiet, --sync-timeout, --duration
 }
 
 func parseFlags(args []string, out io.Writer) (config, error) {
 	var c config
-	fs := flag.NewFlagSet("pod-informer", flag.ContinueOnError)
-	fs.SetOutput(out)
+	fs := cli.NewFlagSet("pod-informer", "until interrupted", &c.Flags)
 	fs.StringVar(&c.kubeconfig, "kubeconfig", "", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, or in-cluster)")
 	fs.StringVar(&c.namespace, "namespace", "", "namespace to mirror (default: all)")
 	fs.StringVar(&c.selector, "selector", "", `label selector, such as "app=web" (default: every Pod)`)
 	fs.StringVar(&c.metricsAddr, "metrics-addr", "", `address to serve /metrics on, such as ":9090" (default: none)`)
-	if err := fs.Parse(args); err != nil {
-		return c, err
-	}
-	if fs.NArg() > 0 {
-		return c, fmt.Errorf("unexpected arguments %q", fs.Args())
-	}
-	return c, nil
+	return c, cli.Parse(fs, args, out)
 }
 
 func run(ctx context.Context, args []string, out io.Writer) error {
 	cfg, err := parseFlags(args, out)
-	if errors.Is(err, flag.ErrHelp) {
-		return nil // the usage is printed
-	}
 	if err != nil {
 		return err
 	}

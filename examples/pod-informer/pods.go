@@ -2,23 +2,17 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/adapters/k8s"
-	"github.com/listwatch/mirror/adapters/mirrorprom"
+	"github.com/listwatch/mirror/examples/internal/metricsrv"
 	"github.com/listwatch/mirror/reconcile"
 	"github.com/listwatch/mirror/workqueue"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 )
@@ -30,16 +24,18 @@ import (
 // workers share ctx: when it ends the loop stops its workers and removes
 // its handler, the informer stops, and mirrorPods returns once all have.
 func mirrorPods(ctx context.Context, clientset kubernetes.Interface, cfg config, out io.Writer) error {
-	p := &printer{out: out}
-	var metrics http.Handler
-	var factoryOpts k8s.FactoryOptions
-	var queueOpts workqueue.Options // the controller's queue
+	ctx, cancel := cfg.Context(ctx) // --duration
+	defer cancel()
+	p := cfg.Printer(out)
+	factoryOpts := k8s.FactoryOptions{Logger: cfg.Logger()} // nil, slog's default, unless --quiet
+	queueOpts := workqueue.Options{}                        // the controller's queue
 	if cfg.metricsAddr != "" {
-		m, h, err := newMetrics()
+		m, stop, err := metricsrv.Serve(cfg.metricsAddr, p)
 		if err != nil {
 			return err
 		}
-		factoryOpts.Metrics, queueOpts.Metrics, metrics = m, m, h
+		defer stop() // once the informer and the controller have stopped
+		factoryOpts.Metrics, queueOpts.Metrics = m, m
 	}
 	// The factory shares one informer among every part of the program
 	// that asks for the same Pods, and stops it when the last releases it.
@@ -66,18 +62,18 @@ func mirrorPods(ctx context.Context, clientset kubernetes.Interface, cfg config,
 	reg, err := pods.AddEventHandler(mirror.HandlerFuncs[*corev1.Pod]{
 		AddFunc: func(pod *corev1.Pod, initial bool) {
 			if !initial {
-				p.printf("add    %s/%s  %s on %q", pod.Namespace, pod.Name, pod.Status.Phase, pod.Spec.NodeName)
+				p.Printf("add    %s/%s  %s on %q", pod.Namespace, pod.Name, pod.Status.Phase, pod.Spec.NodeName)
 			}
 		},
 		UpdateFunc: func(old, pod *corev1.Pod) {
-			p.printf("update %s/%s  %s -> %s on %q", pod.Namespace, pod.Name, old.Status.Phase, pod.Status.Phase, pod.Spec.NodeName)
+			p.Printf("update %s/%s  %s -> %s on %q", pod.Namespace, pod.Name, old.Status.Phase, pod.Status.Phase, pod.Spec.NodeName)
 		},
 		DeleteFunc: func(pod *corev1.Pod, finalStateUnknown bool) {
 			how := "observed"
 			if finalStateUnknown {
 				how = "not observed: a relist found it gone, or re-created under a new UID"
 			}
-			p.printf("delete %s/%s  last %s (%s)", pod.Namespace, pod.Name, pod.Status.Phase, how)
+			p.Printf("delete %s/%s  last %s (%s)", pod.Namespace, pod.Name, pod.Status.Phase, how)
 		},
 	}, mirror.HandlerOptions{Name: "print"})
 	if err != nil {
@@ -86,47 +82,32 @@ func mirrorPods(ctx context.Context, clientset kubernetes.Interface, cfg config,
 	// The controller: a change just made to a Pod is reconciled ahead of
 	// the initial list's and the resyncs' keys (the loop's default
 	// priorities by origin).
-	loop := reconcile.New[k8s.Key](newNodeCounter(inf, p), reconcile.Options{Name: "nodes", Workers: 2, Queue: queueOpts})
+	loop := reconcile.New[k8s.Key](newNodeCounter(inf, p), reconcile.Options{
+		Name: "nodes", Workers: 2, Queue: queueOpts, Logger: cfg.Logger()})
 	if _, err := reconcile.Watch(loop, inf, mirror.HandlerOptions{}); err != nil {
 		return err
 	}
 
-	ctx, cancel := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
-	if cfg.metricsAddr != "" {
-		ln, err := net.Listen("tcp", cfg.metricsAddr)
-		if err != nil {
-			return fmt.Errorf("metrics: %w", err)
-		}
-		srv := &http.Server{Handler: metrics, ReadHeaderTimeout: 10 * time.Second}
-		wg.Go(func() {
-			if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-				p.printf("metrics: %v", err)
-			}
-		})
-		context.AfterFunc(ctx, func() { srv.Close() })
-		p.printf("serving metrics at http://%s/metrics", ln.Addr())
-	}
 	factory.Start(ctx)
-
 	wg.Go(func() {
 		if err := loop.Run(ctx); err != nil {
-			p.printf("controller: %v", err) // the cluster refused the informer for good
+			p.Printf("controller: %v", err) // the cluster refused the informer for good
 		}
 	})
 
 	start := time.Now()
-	if err := mirror.WaitForCacheSync(ctx, reg); err != nil {
-		// ctx ended, or the cluster refuses us (mirror.ErrPermanent:
-		// no permission to list Pods, say).
-		return fmt.Errorf("not synced: %w", err)
+	summary := func() { p.Summary("summary: %d pods; by namespace: %v", inf.Len(), byNamespace(inf)) }
+	// WaitForSync fails if the cluster refuses us (mirror.ErrPermanent:
+	// no permission to list Pods, say).
+	if err := cfg.WaitForSync(ctx, p, inf, reg); err != nil {
+		return cfg.Finish(ctx, fmt.Errorf("not synced: %w", err), p, summary)
 	}
-	p.printf("synced %d pods in %v", inf.Len(), time.Since(start).Round(time.Millisecond))
+	p.Printf("synced %d pods in %v", inf.Len(), time.Since(start).Round(time.Millisecond))
 	<-ctx.Done()
-	p.printf("pods by namespace: %v", byNamespace(inf))
-	return nil
+	return cfg.Finish(ctx, nil, p, summary)
 }
 
 // byNamespace returns "namespace=count" for every namespace with Pods, in
@@ -143,30 +124,4 @@ func byNamespace(inf *mirror.Informer[k8s.Key, *corev1.Pod]) []string {
 		counts = append(counts, fmt.Sprintf("%s=%d", ns, len(keys)))
 	}
 	return counts
-}
-
-// newMetrics returns the Metrics to give the informer and what serves
-// them, with the Go runtime's and the process's, at /metrics.
-func newMetrics() (*mirrorprom.Metrics, http.Handler, error) {
-	registry := prometheus.NewRegistry()
-	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m, err := mirrorprom.New(registry)
-	if err != nil {
-		return nil, nil, err
-	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
-	return m, mux, nil
-}
-
-// printer serialises output from the handler and the main goroutine.
-type printer struct {
-	mu  sync.Mutex
-	out io.Writer
-}
-
-func (p *printer) printf(format string, args ...any) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	fmt.Fprintf(p.out, format+"\n", args...)
 }

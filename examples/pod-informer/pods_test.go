@@ -1,16 +1,17 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
+	"github.com/listwatch/mirror/examples/internal/cli/clitest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -18,45 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes/fake"
 )
-
-// lines is an io.Writer that hands each line written to it to a channel.
-type lines struct {
-	mu  sync.Mutex
-	all bytes.Buffer
-	ch  chan string
-}
-
-func (l *lines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.all.Write(p)
-	for _, line := range strings.Split(strings.TrimSuffix(string(p), "\n"), "\n") {
-		l.ch <- line
-	}
-	return len(p), nil
-}
-
-// next returns the next line, failing the test if none comes.
-func (l *lines) next(t *testing.T) string {
-	t.Helper()
-	select {
-	case line := <-l.ch:
-		return line
-	case <-time.After(30 * time.Second):
-		require.FailNow(t, "no output")
-		return ""
-	}
-}
-
-// until returns the first line that matches re, skipping the others.
-func (l *lines) until(t *testing.T, re string) string {
-	t.Helper()
-	for {
-		if line := l.next(t); regexp.MustCompile(re).MatchString(line) {
-			return line
-		}
-	}
-}
 
 // event matches the lines of the printing handler, not the controller's.
 const event = `^(add|update|delete) `
@@ -77,24 +39,24 @@ func TestMirrorPods_PrintsChangesServesMetricsAndStopsCleanly(t *testing.T) {
 		pod("shop", "web-1", corev1.PodRunning), pod("shop", "web-2", corev1.PodRunning), pod("kube-system", "dns", corev1.PodRunning))
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	out := &lines{ch: make(chan string, 1000)}
+	out := &clitest.Output{}
 	done := make(chan error, 1)
 	go func() {
 		done <- mirrorPods(ctx, clientset, config{metricsAddr: "127.0.0.1:0"}, out)
 	}()
 
-	addr := regexp.MustCompile(`serving metrics at (\S+)`).FindStringSubmatch(out.until(t, "serving metrics"))[1]
-	assert.Equal(t, "synced 3 pods", strings.SplitN(out.until(t, "^synced"), " in ", 2)[0])
+	addr := regexp.MustCompile(`serving metrics at (\S+)`).FindStringSubmatch(out.Until(t, "serving metrics"))[1]
+	assert.Equal(t, "synced 3 pods", strings.SplitN(out.Until(t, "^synced"), " in ", 2)[0])
 
 	pods := clientset.CoreV1().Pods("shop")
 	_, err := pods.Create(ctx, pod("shop", "web-3", corev1.PodPending), metav1.CreateOptions{})
 	require.NoError(t, err)
-	assert.Equal(t, `add    shop/web-3  Pending on "node-1"`, out.until(t, event))
+	assert.Equal(t, `add    shop/web-3  Pending on "node-1"`, out.Until(t, event))
 	_, err = pods.UpdateStatus(ctx, pod("shop", "web-3", corev1.PodRunning), metav1.UpdateOptions{})
 	require.NoError(t, err)
-	assert.Equal(t, `update shop/web-3  Pending -> Running on "node-1"`, out.until(t, event))
+	assert.Equal(t, `update shop/web-3  Pending -> Running on "node-1"`, out.Until(t, event))
 	require.NoError(t, pods.Delete(ctx, "web-1", metav1.DeleteOptions{}))
-	assert.Equal(t, `delete shop/web-1  last Running (observed)`, out.until(t, event))
+	assert.Equal(t, `delete shop/web-1  last Running (observed)`, out.Until(t, event))
 
 	resp, err := http.Get(addr)
 	require.NoError(t, err)
@@ -111,18 +73,51 @@ func TestMirrorPods_PrintsChangesServesMetricsAndStopsCleanly(t *testing.T) {
 
 	cancel()
 	require.NoError(t, <-done)
-	assert.Equal(t, "pods by namespace: [kube-system=1 shop=2]", out.until(t, "^pods by namespace"))
+	assert.Equal(t, "summary: 3 pods; by namespace: [kube-system=1 shop=2]", out.Until(t, "^summary: "))
 }
 
-func TestRun_HelpSucceeds(t *testing.T) {
-	var out bytes.Buffer
-	require.NoError(t, run(t.Context(), []string{"--help"}, &out))
-	assert.Contains(t, out.String(), "-kubeconfig")
+func TestMain(m *testing.M) { clitest.Main(m, main) }
+
+// The program's exit status: 0 for --help, 2 for a bad flag or argument,
+// saying why, 1 for a failure.
+func TestMain_ExitStatus(t *testing.T) {
+	clitest.RunCases(t, []clitest.Case{
+		{Name: "help", Args: []string{"--help"}, Stdout: "-sync-timeout"},
+		{Name: "unknown flag", Args: []string{"--no-such-flag"}, Code: 2, Stderr: "flag provided but not defined: -no-such-flag"},
+		{Name: "argument", Args: []string{"stray"}, Code: 2, Stderr: `unexpected arguments ["stray"]`},
+		{Name: "no kubeconfig", Args: []string{"--kubeconfig", t.TempDir() + "/missing"}, Code: 1, Stderr: "kubeconfig: "},
+		{Name: "not synced in time", Args: []string{"--kubeconfig", silentCluster(t), "--sync-timeout", "1s"}, Code: 1, Stderr: "not synced: not synced within --sync-timeout 1s"},
+	})
 }
 
-func TestRun_RejectsBadFlagsAndAMissingKubeconfig(t *testing.T) {
-	var out bytes.Buffer
-	require.Error(t, run(t.Context(), []string{"stray"}, &out))
-	require.Error(t, run(t.Context(), []string{"--no-such-flag"}, &out))
-	require.ErrorContains(t, run(t.Context(), []string{"--kubeconfig", t.TempDir() + "/missing"}, &out), "kubeconfig")
+// Ctrl-C stops the program with the summary and status 0, even before
+// the first sync.
+func TestMain_InterruptPrintsTheSummaryAndExitsZero(t *testing.T) {
+	p := clitest.InterruptAt(t, "^waiting for the first sync", "--kubeconfig", silentCluster(t))
+	p.Stdout.Until(t, `^summary: 0 pods; by namespace: \[\]$`)
+}
+
+// --quiet prints the summary alone: no progress, no logs.
+func TestMain_QuietPrintsOnlyTheSummary(t *testing.T) {
+	p := clitest.Start(t, "--kubeconfig", silentCluster(t), "--quiet", "--sync-timeout", "0", "--duration", "1500ms")
+	require.Equal(t, 1, p.Wait(t), "stderr:\n%s", p.Stderr)
+	assert.Empty(t, p.Stdout.String())
+	assert.Regexp(t, `^pod-informer: not synced: not synced within --duration 1.5s: [^\n]+\n$`, p.Stderr.String())
+}
+
+// silentCluster returns a kubeconfig file naming a cluster that accepts
+// connections and never answers.
+func silentCluster(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: silent, cluster: {server: "http://`+ln.Addr().String()+`"}}]
+contexts: [{name: silent, context: {cluster: silent, user: nobody}}]
+users: [{name: nobody, user: {}}]
+current-context: silent
+`), 0o600))
+	return kubeconfig
 }

@@ -1,4 +1,5 @@
-package main
+// Package metricsrv serves the examples' metrics for Prometheus.
+package metricsrv
 
 import (
 	"errors"
@@ -8,15 +9,17 @@ import (
 	"time"
 
 	"github.com/listwatch/mirror/adapters/mirrorprom"
+	"github.com/listwatch/mirror/examples/internal/cli"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
-// serveMetrics serves, at http://addr/metrics, the metrics of the
-// informers given the returned Metrics, with the Go runtime's and the
-// process's, until stop is called; stop returns once the server has.
-func serveMetrics(addr string, p *printer) (m *mirrorprom.Metrics, stop func(), err error) {
+// Serve serves, at http://addr/metrics, the metrics of the informers and
+// queues given the returned Metrics, with the Go runtime's and the
+// process's, until stop is called; stop returns once the server has. It
+// prints the address it serves at, and the server's failure if it fails.
+func Serve(addr string, p *cli.Printer) (m *mirrorprom.Metrics, stop func(), err error) {
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m, err = mirrorprom.New(registry)
@@ -34,10 +37,10 @@ func serveMetrics(addr string, p *printer) (m *mirrorprom.Metrics, stop func(), 
 	go func() {
 		defer close(done)
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-			p.printf("metrics: %v", err)
+			p.Printf("metrics: %v", err)
 		}
 	}()
-	p.printf("serving metrics at http://%s/metrics", ln.Addr())
+	p.Printf("serving metrics at http://%s/metrics", ln.Addr())
 	return m, func() {
 		srv.Close()
 		<-done
