@@ -374,8 +374,8 @@ func (r *Reflector[T]) Run(ctx context.Context) {
 	}
 	defer r.startStamps()()
 	r.listCause = ListInitial
-	r.logger.Info("reflector started")
-	defer r.logger.Info("reflector stopped")
+	r.logger.Debug("reflector started")
+	defer r.logger.Debug("reflector stopped")
 	for ctx.Err() == nil {
 		relistNow := r.listAndWatch(ctx)
 		// Only the first watch may resume: from here on the store holds
@@ -498,9 +498,13 @@ func (r *Reflector[T]) setVersionGone() {
 	r.mu.Unlock()
 }
 
-// report hands err to the error handler, one call at a time.
+// report hands err to the error handler, one call at a time. An error
+// whose message is longer than a few KB (the failures of many objects of
+// one list, joined) reaches it wrapped, its message cut; errors.Is and
+// errors.As see through the wrapping.
 func (r *Reflector[T]) report(err error) {
 	r.stats.errors.Add(1)
+	err = bounded(err)
 	r.reportMu.Lock()
 	defer r.reportMu.Unlock()
 	r.onError(err)

@@ -27,7 +27,7 @@ func (r *Reflector[T]) sync(ctx context.Context) (Watcher[T], bool) {
 			return nil, false
 		case isUnsupported(err):
 			r.noStreaming = true
-			r.logger.Info("source cannot stream lists; using List", "err", err)
+			r.logger.Info("source cannot stream lists; using List", errAttr(err))
 		case isGone(err) && rv != "":
 			// streamVersion now asks for a consistent read.
 		default:
@@ -62,7 +62,7 @@ func (r *Reflector[T]) list(ctx context.Context) error {
 		r.abandon(sink, listRV)
 		if chunked && !midList && isUnsupported(err) {
 			r.noChunks, chunked = true, false
-			r.logger.Info("source cannot list in chunks; using List", "err", err)
+			r.logger.Info("source cannot list in chunks; using List", errAttr(err))
 			continue
 		}
 		if ctx.Err() != nil {
