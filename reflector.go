@@ -338,6 +338,14 @@ func (r *Reflector[T]) lastVersion() string {
 	return r.lastRV
 }
 
+// lastFailure returns the last failure to list or watch, if it is not
+// over (see Freshness.Err).
+func (r *Reflector[T]) lastFailure() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.failure
+}
+
 // Stats returns the Reflector's counters. It is safe for concurrent use;
 // the counters are read one by one, so while Run is running they may come
 // from slightly different instants.
