@@ -111,4 +111,3 @@ func TestInformer_FirstFailureToReachTheSourceIsReportedAtOnce(t *testing.T) {
 		}
 	}
 }
-
