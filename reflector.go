@@ -18,6 +18,7 @@ const (
 	defaultMaxBackoff     = 30 * time.Second
 	defaultBackoffReset   = 2 * time.Minute
 	defaultJitter         = 1.0
+	defaultStreamStall    = 10 * time.Second
 )
 
 // ReflectorOptions configures a Reflector used on its own; an Informer
@@ -61,8 +62,8 @@ type ReflectorOptions struct {
 }
 
 // ListWatchOptions tunes how a Reflector lists and watches its source:
-// page size, streaming lists, watch timeout and the backoff between
-// retries. It is a field of both ReflectorOptions and InformerOptions;
+// page size, streaming lists and their stall bound, watch timeout and the
+// backoff between retries. It is a field of both ReflectorOptions and InformerOptions;
 // the zero value gives the defaults described on each field.
 type ListWatchOptions struct {
 	// PageSize is the most objects one List call asks for, and a hint
@@ -83,6 +84,19 @@ type ListWatchOptions struct {
 	// leaves the choice to the source: one that implements
 	// StreamingListPreferrer and prefers them gets streaming lists too.
 	StreamingList bool
+
+	// StreamingListStall is how long a streaming list may go without an
+	// event before the bookmark that ends its initial events. A stream
+	// silent that long is taken for one whose end will never come (some
+	// servers leave that bookmark out): the Reflector reports it, and
+	// uses List from then on, as it does for a source that cannot stream
+	// lists. So does a change event (Modified, Deleted) before the end,
+	// which says the same. The check runs every StreamingListStall, so a
+	// stall is found between one and two of them after the last event.
+	// A source sends its initial events as fast as they are read, so a
+	// pause between them is short even for a large list, and each event
+	// starts the count again. 0 or less means 10s.
+	StreamingListStall time.Duration
 
 	// WatchTimeout is the least time a watch is asked to last: each Watch
 	// call asks for a random timeout in [WatchTimeout, 2*WatchTimeout),
@@ -131,6 +145,9 @@ func (o ListWatchOptions) withDefaults() ListWatchOptions {
 	}
 	if o.Jitter == 0 {
 		o.Jitter = defaultJitter
+	}
+	if o.StreamingListStall <= 0 {
+		o.StreamingListStall = defaultStreamStall
 	}
 	return o
 }

@@ -1,6 +1,7 @@
 package mirror
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -109,5 +110,86 @@ func TestInformer_FirstFailureToReachTheSourceIsReportedAtOnce(t *testing.T) {
 				})
 			})
 		}
+	}
+}
+
+func TestInformer_StreamingListWithoutItsEndSyncsThroughAPagedList(t *testing.T) {
+	tests := []struct {
+		name     string
+		pageSize int64
+		stream   []step
+		// listRV is the version the paged list asks for: a consistent
+		// read ("") if the cache had part of the stream.
+		listRV string
+		// cause is in the error reported for the stream.
+		cause string
+	}{
+		{
+			name:   "stream goes silent",
+			stream: []step{addedEvent("a", "1", ""), addedEvent("b", "1", "")},
+			listRV: "0",
+			cause:  "after 2 objects: 10s without an event",
+		},
+		{
+			name: "stream goes silent after slow events, the cache holding part of it",
+			// Each pause is under the bound: only the silence counts.
+			stream: []step{
+				addedEvent("a", "1", ""),
+				{after: 8 * time.Second, ev: Event[tobj]{Type: EventAdded, Object: tobj{"b", "1"}}},
+				{after: 8 * time.Second, ev: Event[tobj]{Type: EventAdded, Object: tobj{"c", "1"}}},
+			},
+			pageSize: 1,
+			listRV:   "",
+			cause:    "after 3 objects: 10s without an event",
+		},
+		{
+			name:   "stream goes on with changes",
+			stream: []step{addedEvent("a", "1", ""), modified("a", "2", "8")},
+			listRV: "0",
+			cause:  "Modified event before it, after 1 objects",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				lw := newFakeLW()
+				stream := lw.watch(tt.stream...)
+				lw.page("9", "", tobj{"a", "2"}, tobj{"b", "1"}, tobj{"c", "1"})
+				lw.watch()
+				var mu sync.Mutex
+				var errs []error
+				inf := NewInformer[string, tobj](failingSource{lw, true}, InformerOptions[string, tobj]{
+					KeyFunc:   tobjKey,
+					ListWatch: ListWatchOptions{PageSize: tt.pageSize},
+					ErrorHandler: func(err error) {
+						mu.Lock()
+						defer mu.Unlock()
+						errs = append(errs, err)
+					},
+				})
+				runInformer(t, inf)
+
+				ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+				defer cancel()
+				require.NoError(t, inf.WaitForSync(ctx), "synced within a minute")
+				synctest.Wait()
+
+				assert.Equal(t, "9", inf.Freshness().ResourceVersion, "through the list")
+				assert.NoError(t, inf.Freshness().Err)
+				assert.Equal(t, 3, inf.cache.Len())
+				assert.Equal(t, []string{tt.listRV}, lw.ListVersions())
+				assert.True(t, stream.Stopped())
+				calls := lw.Watches()
+				require.Len(t, calls, 2)
+				assert.True(t, calls[0].Opts.SendInitialEvents)
+				assert.False(t, calls[1].Opts.SendInitialEvents, "a watch after the list, no streaming list again")
+				mu.Lock()
+				defer mu.Unlock()
+				require.Len(t, errs, 1, "reported once")
+				assert.ErrorIs(t, errs[0], errNoInitialEventsEnd)
+				assert.ErrorContains(t, errs[0], tt.cause)
+				assert.ErrorContains(t, errs[0], "using List from now on")
+			})
+		})
 	}
 }
