@@ -151,8 +151,11 @@ func (inf *Informer[K, T]) boundPassed(ctx context.Context, err error) error {
 		return &StaleError{Want: se.Want, Applied: se.Applied, Err: ErrNotCurrent}
 	}
 	if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
-		// The source did not even say its version within the bound.
-		return &StaleError{Err: fmt.Errorf("%w: %w", ErrNotCurrent, err)}
+		// The source did not even say its version within the bound: the
+		// error says what the cache had applied, and that the version
+		// it should have reached is unknown (Want is "").
+		applied, _ := inf.versions.current()
+		return &StaleError{Applied: applied, Err: fmt.Errorf("%w: %w", ErrNotCurrent, err)}
 	}
 	return err
 }

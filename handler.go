@@ -132,9 +132,9 @@ type HandlerPanicError struct {
 // Error implements error.
 func (e *HandlerPanicError) Error() string {
 	if e.Handler != "" {
-		return fmt.Sprintf("mirror: event handler %q panicked: %v", e.Handler, e.Value)
+		return fmt.Sprintf("mirror: event handler %q panicked: %s", e.Handler, panicText(e.Value))
 	}
-	return fmt.Sprintf("mirror: event handler panicked: %v", e.Value)
+	return "mirror: event handler panicked: " + panicText(e.Value)
 }
 
 // Unwrap returns the panic.

@@ -23,11 +23,18 @@ var ErrUnknownIndex = errors.New("mirror: unknown index")
 
 // IndexError reports that an index function failed for an object. The
 // Indexer is left as it was: an Add is not applied, an Update keeps the old
-// value, and the indexes stay consistent with the stored objects.
+// value, and the indexes stay consistent with the stored objects. Its
+// message names the object's key, type and size, never its contents (see
+// Object).
 type IndexError struct {
 	// Index is the name of the index whose function failed.
 	Index string
-	// Object is the object it failed for.
+	// Key is the object's key, or nil where it is not known (Index is
+	// called with an object, not a key).
+	Key any
+	// Object is the object it failed for. It is kept for callers who
+	// look into it (errors.As), and left out of Error: an object may be
+	// large, or hold secrets.
 	Object any
 	// Err is the index function's error, or a *PanicError if it
 	// panicked.
@@ -36,7 +43,20 @@ type IndexError struct {
 
 // Error implements error.
 func (e *IndexError) Error() string {
-	return fmt.Sprintf("mirror: index %q failed for object %v: %v", e.Index, e.Object, e.Err)
+	obj := describe(e.Object)
+	if e.Key != nil {
+		obj = describeKeyed(e.Key, e.Object)
+	}
+	return fmt.Sprintf("mirror: index %q failed for %s: %s", clip(e.Index, maxNameText), obj, causeText(e.Err))
+}
+
+// withKey sets key as the Key of err if err is an *IndexError without one,
+// and returns err.
+func withKey(err error, key any) error {
+	if ie, ok := err.(*IndexError); ok && ie.Key == nil {
+		ie.Key = key
+	}
+	return err
 }
 
 // Unwrap returns the index function's error.
@@ -86,12 +106,13 @@ func (d *indexDefs[T]) values(dst [][]string, obj T, at *calling) ([][]string, e
 	return dst, nil
 }
 
-// indexerFailure returns the error of obj, on which the key function or
-// (at.fn) an index function of defs panicked with v. The function that
-// recovered must call it (see panicked).
-func indexerFailure[T any](at calling, defs *indexDefs[T], obj T, v any) error {
+// indexerFailure returns the error of obj, whose key is key (nil if not
+// known), on which the key function or (at.fn) an index function of defs
+// panicked with v. The function that recovered must call it (see
+// panicked).
+func indexerFailure[T any](at calling, defs *indexDefs[T], key any, obj T, v any) error {
 	if at.fn == inIndexFunc {
-		return &IndexError{Index: defs.names[at.index], Object: obj, Err: panicked(v)}
+		return &IndexError{Index: defs.names[at.index], Key: key, Object: obj, Err: panicked(v)}
 	}
 	return &KeyError{Object: obj, Err: panicked(v)}
 }

@@ -239,6 +239,7 @@ func NewInformer[K comparable, T any](lw ListWatcher[T], opts InformerOptions[K,
 		syncedCh: make(chan struct{}),
 		failure:  syncFailure{ch: make(chan struct{})},
 	}
+	inf.failure.last = inf.lastFailure
 	inf.proc.report, inf.proc.logger = inf.report, logger
 	inf.proc.resyncMoved = make(chan struct{}, 1)
 	switch opts.Queue {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -282,9 +283,10 @@ type ObjectError struct {
 	Err error
 }
 
-// Error implements error.
+// Error implements error. It cuts Key and the cause's text to a bounded
+// length: a source's error may quote the value that failed to decode.
 func (e *ObjectError) Error() string {
-	return fmt.Sprintf("mirror: object %q skipped: %v", e.Key, e.Err)
+	return "mirror: object " + strconv.Quote(clip(e.Key, maxNameText)) + " skipped: " + causeText(e.Err)
 }
 
 // Unwrap returns the cause.

@@ -3,7 +3,6 @@ package mirror
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"time"
@@ -56,21 +55,23 @@ func (l *logLimiter) allow(key string, now time.Time) (ok bool, skipped int) {
 // logError logs err, which msg introduces, unless the same error was
 // logged within logRepeatWindow. A panic is logged at Error with the
 // stack, and a handler's with the handler's name; everything else at Warn.
+// The line is bounded whatever the error: its text and the stack are cut
+// (see logText), so it stays within a few KB.
 func (l *logLimiter) logError(logger *slog.Logger, msg string, err error) {
 	ok, skipped := l.allow(errorKey(err), time.Now())
 	if !ok {
 		return
 	}
 	level := slog.LevelWarn
-	attrs := []any{"err", err}
+	attrs := []any{errAttr(err)}
 	var hpe *HandlerPanicError
 	var pe *PanicError
 	if errors.As(err, &hpe) {
-		attrs = append(attrs, "handler", hpe.Handler)
+		attrs = append(attrs, "handler", logText(hpe.Handler, maxNameText))
 	}
 	if errors.As(err, &pe) {
 		level = slog.LevelError
-		attrs = append(attrs, "stack", string(pe.Stack))
+		attrs = append(attrs, "stack", logText(string(pe.Stack), maxLogStack))
 	}
 	if skipped > 0 {
 		attrs = append(attrs, "repeated", skipped, "over", logRepeatWindow)
@@ -84,13 +85,19 @@ func (l *logLimiter) logError(logger *slog.Logger, msg string, err error) {
 func errorKey(err error) string {
 	var pe *HandlerPanicError
 	if errors.As(err, &pe) {
-		return fmt.Sprintf("panic\x00%s\x00%v", pe.Handler, pe.Value)
+		return "panic\x00" + clip(pe.Handler, maxNameText) + "\x00" + panicText(pe.Value)
 	}
 	var oe *ObjectError
 	if errors.As(err, &oe) {
-		return "object\x00" + oe.Key + "\x00" + innermost(oe.Err).Error()
+		return "object\x00" + clip(oe.Key, maxNameText) + "\x00" + causeText(innermost(oe.Err))
 	}
-	return innermost(err).Error()
+	return causeText(innermost(err))
+}
+
+// errAttr is err as a log attribute, its text made fit for a log line
+// (see logText).
+func errAttr(err error) slog.Attr {
+	return slog.String("err", logText(err.Error(), maxLogErrText))
 }
 
 // innermost follows err's causes to the last one: for an error that

@@ -20,6 +20,11 @@ import (
 // on a stored object, an index function to find a stored object's index
 // entries) is not guarded: it did not panic on that object then, and one
 // that depends only on its argument, as these must, does not panic now.
+//
+// Its message gives the panic's value only if that is a string or an
+// error (cut to a bounded length, as it may embed an object) or a number;
+// a value of another type, which may be the object itself, is named by
+// its type and size.
 type PanicError struct {
 	// Value is the value the function panicked with.
 	Value any
@@ -28,7 +33,22 @@ type PanicError struct {
 }
 
 // Error implements error.
-func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
+func (e *PanicError) Error() string { return "panic: " + panicText(e.Value) }
+
+// panicText formats v, a value a function panicked with, for an error:
+// the text of a string or an error, cut to maxCauseText; a number or a
+// bool as such; anything else by its type and size (see describe).
+func panicText(v any) string {
+	switch v := v.(type) {
+	case string:
+		return clip(v, maxCauseText)
+	case error:
+		return causeText(v)
+	case bool, int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64, uintptr, float32, float64:
+		return fmt.Sprint(v)
+	}
+	return describe(v)
+}
 
 // panicked returns the *PanicError of v, a value recover returned. The
 // function that recovered must call it, so that the stack still shows
@@ -79,10 +99,26 @@ type calling struct {
 }
 
 // transformError is the error of a transform that failed with err on the
-// object whose key is key.
+// object whose key is key. It names the key, not the object.
 func transformError(key any, err error) error {
-	return fmt.Errorf("mirror: transform object with key %v: %w", key, err)
+	return &wrapError{"mirror: transform object with key " + keyText(key), err}
 }
+
+// transformObjectError is the error of a transform that failed with err
+// on obj, whose key is not known: it names obj's type and size.
+func transformObjectError(obj any, err error) error {
+	return &wrapError{"mirror: transform " + describe(obj), err}
+}
+
+// wrapError is an error that introduces its cause with msg, and cuts the
+// cause's text, which may embed an object, to maxCauseText.
+type wrapError struct {
+	msg string
+	err error
+}
+
+func (e *wrapError) Error() string { return e.msg + ": " + causeText(e.err) }
+func (e *wrapError) Unwrap() error { return e.err }
 
 // keyOfGuarded is keyOf that also turns a panic of f into obj's
 // *KeyError. It costs a deferred call, so it serves the lookups by object
@@ -98,15 +134,15 @@ func keyOfGuarded[K comparable, T any](f KeyFunc[K, T], obj T) (key K, err error
 }
 
 // transformGuarded applies f to obj, returning its failure or panic (a
-// *PanicError) as a transform error naming obj.
+// *PanicError) as a transform error naming obj's type and size.
 func transformGuarded[T any](f TransformFunc[T], obj T) (out T, err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			err = transformError(obj, panicked(v))
+			err = transformObjectError(obj, panicked(v))
 		}
 	}()
 	if out, err = f(obj); err != nil {
-		err = transformError(obj, err)
+		err = transformObjectError(obj, err)
 	}
 	return out, err
 }

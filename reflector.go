@@ -18,6 +18,7 @@ const (
 	defaultMaxBackoff     = 30 * time.Second
 	defaultBackoffReset   = 2 * time.Minute
 	defaultJitter         = 1.0
+	defaultStreamStall    = 10 * time.Second
 )
 
 // ReflectorOptions configures a Reflector used on its own; an Informer
@@ -61,8 +62,8 @@ type ReflectorOptions struct {
 }
 
 // ListWatchOptions tunes how a Reflector lists and watches its source:
-// page size, streaming lists, watch timeout and the backoff between
-// retries. It is a field of both ReflectorOptions and InformerOptions;
+// page size, streaming lists and their stall bound, watch timeout and the
+// backoff between retries. It is a field of both ReflectorOptions and InformerOptions;
 // the zero value gives the defaults described on each field.
 type ListWatchOptions struct {
 	// PageSize is the most objects one List call asks for, and a hint
@@ -83,6 +84,19 @@ type ListWatchOptions struct {
 	// leaves the choice to the source: one that implements
 	// StreamingListPreferrer and prefers them gets streaming lists too.
 	StreamingList bool
+
+	// StreamingListStall is how long a streaming list may go without an
+	// event before the bookmark that ends its initial events. A stream
+	// silent that long is taken for one whose end will never come (some
+	// servers leave that bookmark out): the Reflector reports it, and
+	// uses List from then on, as it does for a source that cannot stream
+	// lists. So does a change event (Modified, Deleted) before the end,
+	// which says the same. The check runs every StreamingListStall, so a
+	// stall is found between one and two of them after the last event.
+	// A source sends its initial events as fast as they are read, so a
+	// pause between them is short even for a large list, and each event
+	// starts the count again. 0 or less means 10s.
+	StreamingListStall time.Duration
 
 	// WatchTimeout is the least time a watch is asked to last: each Watch
 	// call asks for a random timeout in [WatchTimeout, 2*WatchTimeout),
@@ -131,6 +145,9 @@ func (o ListWatchOptions) withDefaults() ListWatchOptions {
 	}
 	if o.Jitter == 0 {
 		o.Jitter = defaultJitter
+	}
+	if o.StreamingListStall <= 0 {
+		o.StreamingListStall = defaultStreamStall
 	}
 	return o
 }
@@ -338,6 +355,14 @@ func (r *Reflector[T]) lastVersion() string {
 	return r.lastRV
 }
 
+// lastFailure returns the last failure to list or watch, if it is not
+// over (see Freshness.Err).
+func (r *Reflector[T]) lastFailure() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.failure
+}
+
 // Stats returns the Reflector's counters. It is safe for concurrent use;
 // the counters are read one by one, so while Run is running they may come
 // from slightly different instants.
@@ -374,8 +399,8 @@ func (r *Reflector[T]) Run(ctx context.Context) {
 	}
 	defer r.startStamps()()
 	r.listCause = ListInitial
-	r.logger.Info("reflector started")
-	defer r.logger.Info("reflector stopped")
+	r.logger.Debug("reflector started")
+	defer r.logger.Debug("reflector stopped")
 	for ctx.Err() == nil {
 		relistNow := r.listAndWatch(ctx)
 		// Only the first watch may resume: from here on the store holds
@@ -498,9 +523,13 @@ func (r *Reflector[T]) setVersionGone() {
 	r.mu.Unlock()
 }
 
-// report hands err to the error handler, one call at a time.
+// report hands err to the error handler, one call at a time. An error
+// whose message is longer than a few KB (the failures of many objects of
+// one list, joined) reaches it wrapped, its message cut; errors.Is and
+// errors.As see through the wrapping.
 func (r *Reflector[T]) report(err error) {
 	r.stats.errors.Add(1)
+	err = bounded(err)
 	r.reportMu.Lock()
 	defer r.reportMu.Unlock()
 	r.onError(err)

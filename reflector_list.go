@@ -6,12 +6,22 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"sync"
 	"time"
 )
 
 // errStreamCut is reported when a streaming list ends before the bookmark
 // that closes its initial events.
 var errStreamCut = errors.New("stream ended before its initial events were complete")
+
+// errNoInitialEventsEnd is reported when a streaming list shows that the
+// bookmark closing its initial events will not come: it stalled (see
+// ListWatchOptions.StreamingListStall), or a change came first. The
+// Reflector uses List from then on.
+var errNoInitialEventsEnd = errors.New("no end of the initial events")
+
+// errStreamStalled ends the context of a streaming list that stalled.
+var errStreamStalled = errors.New("stalled")
 
 // sync replaces the store's content with the source's, by a streaming list
 // if that is enabled (returning its still open Watcher) or else by List.
@@ -27,7 +37,10 @@ func (r *Reflector[T]) sync(ctx context.Context) (Watcher[T], bool) {
 			return nil, false
 		case isUnsupported(err):
 			r.noStreaming = true
-			r.logger.Info("source cannot stream lists; using List", "err", err)
+			r.logger.Info("source cannot stream lists; using List", errAttr(err))
+		case errors.Is(err, errNoInitialEventsEnd):
+			// Reported; the source would do it again.
+			r.noStreaming = true
 		case isGone(err) && rv != "":
 			// streamVersion now asks for a consistent read.
 		default:
@@ -62,7 +75,7 @@ func (r *Reflector[T]) list(ctx context.Context) error {
 		r.abandon(sink, listRV)
 		if chunked && !midList && isUnsupported(err) {
 			r.noChunks, chunked = true, false
-			r.logger.Info("source cannot list in chunks; using List", "err", err)
+			r.logger.Info("source cannot list in chunks; using List", errAttr(err))
 			continue
 		}
 		if ctx.Err() != nil {
@@ -165,13 +178,19 @@ func (r *Reflector[T]) streamList(ctx context.Context, rv string) (Watcher[T], e
 	}
 	var items []T
 	n := 0
+	sctx, stopGuard := r.guardStall(ctx)
+	defer stopGuard()
 	for {
-		ev, err := w.Next(ctx)
+		ev, err := w.Next(sctx)
 		if err != nil {
 			w.Stop()
 			r.abandon(sink, "")
 			if isUnsupported(err) || ctx.Err() != nil {
 				return nil, err
+			}
+			if context.Cause(sctx) == errStreamStalled {
+				return nil, r.noInitialEventsEnd(rv, sink, fmt.Errorf("%w after %d objects: %v without an event",
+					errNoInitialEventsEnd, n, r.opts.ListWatch.StreamingListStall))
 			}
 			if errors.Is(err, io.EOF) {
 				err = fmt.Errorf("%w (after %d objects)", errStreamCut, n)
@@ -203,9 +222,59 @@ func (r *Reflector[T]) streamList(ctx context.Context, rv string) (Watcher[T], e
 			// hold changes anyway.
 			w.Stop()
 			r.abandon(sink, "")
-			return nil, r.streamFailed(rv, fmt.Errorf("%v event before the end of the initial events", ev.Type))
+			return nil, r.noInitialEventsEnd(rv, sink, fmt.Errorf("%w: %v event before it, after %d objects",
+				errNoInitialEventsEnd, ev.Type, n))
 		}
 	}
+}
+
+// guardStall returns a context for the events of a streaming list that
+// ends, with cause errStreamStalled, once StreamingListStall has passed
+// without an event, and a function that stops the guard. It counts the
+// events through the Reflector's counter, which the stream's every event
+// adds to anyway: a timer reset per event would cost each of them.
+func (r *Reflector[T]) guardStall(ctx context.Context) (context.Context, func()) {
+	d := r.opts.ListWatch.StreamingListStall
+	sctx, cancel := context.WithCancelCause(ctx)
+	var mu sync.Mutex // orders the timer's creation before its first run
+	var t *time.Timer
+	stopped := false
+	seen := r.stats.events.Load()
+	mu.Lock()
+	t = time.AfterFunc(d, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if stopped {
+			return
+		}
+		if n := r.stats.events.Load(); n != seen {
+			seen = n
+			t.Reset(d)
+			return
+		}
+		cancel(errStreamStalled)
+	})
+	mu.Unlock()
+	return sctx, func() {
+		mu.Lock()
+		stopped = true
+		t.Stop()
+		mu.Unlock()
+		cancel(nil)
+	}
+}
+
+// noInitialEventsEnd reports err, a streaming list from rv without the
+// end of its initial events, and returns it; sync then lists with List.
+// If the store had part of the stream, that list reads the newest state
+// consistently: an older one would take the store back.
+func (r *Reflector[T]) noInitialEventsEnd(rv string, sink *listSink[T], err error) error {
+	err = r.errorf("streaming list from version %q: %w; using List from now on", rv, err)
+	r.fail(&r.stats.listErrors, err)
+	if sink.handed {
+		r.setVersionGone()
+	}
+	return err
 }
 
 // streamFailed reports the failure of a streaming list from rv and returns

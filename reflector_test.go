@@ -870,17 +870,23 @@ func TestReflector_StreamingRelistStartsAtLastVersionThenConsistent(t *testing.T
 	})
 }
 
-func TestReflector_StreamingListRejectsChangesBeforeEnd(t *testing.T) {
+func TestReflector_StreamingListWithChangesBeforeEndFallsBackToList(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newRig(ReflectorOptions{ListWatch: ListWatchOptions{StreamingList: true}})
 		w := g.lw.watch(addedEvent("a", "1", "5"), modified("a", "2", "6"))
+		g.lw.page("6", "", tobj{"a", "2"})
+		g.lw.watch()
 		g.start(t)
 		synctest.Wait()
 
 		assert.True(t, w.Stopped())
-		assert.Empty(t, g.store.Log())
+		assert.Equal(t, []string{"replace@6 [a=2]"}, g.store.Log(), "the stream changed nothing; the list did")
 		require.Len(t, g.errs.Errors(), 1)
-		assert.ErrorContains(t, g.errs.Errors()[0], "Modified event before the end")
+		assert.ErrorIs(t, g.errs.Errors()[0], errNoInitialEventsEnd)
+		assert.ErrorContains(t, g.errs.Errors()[0], "Modified event before it")
+		calls := g.lw.Watches()
+		require.Len(t, calls, 2)
+		assert.False(t, calls[1].Opts.SendInitialEvents, "no more streaming lists")
 		g.stopRun()
 	})
 }

@@ -230,7 +230,7 @@ func (i *Indexer[K, T]) put(key K, keyed bool, obj T) (old T, existed bool, err 
 		}
 		if at.fn != noCallback {
 			if v := recover(); v != nil {
-				err = indexerFailure(at, defs, obj, v)
+				err = indexerFailure(at, defs, key, obj, v)
 			}
 		}
 	}()
@@ -251,7 +251,7 @@ func (i *Indexer[K, T]) put(key K, keyed bool, obj T) (old T, existed bool, err 
 		defs = i.defs.Load()
 		vals, verr := defs.values(buf[:0], obj, &at)
 		if verr != nil {
-			return old, false, verr
+			return old, false, withKey(verr, key)
 		}
 		i.mu.Lock()
 		locked = true
@@ -349,10 +349,11 @@ func (i *Indexer[K, T]) Replace(list []T, resourceVersion string) error {
 // goes on from there: one deferred call per list, not per object.
 func (i *Indexer[K, T]) fill(c *contents[K, T], defs *indexDefs[T], list []T, n int, errs *[]error) (next int) {
 	var at calling
+	var key K // the key of list[next], once known
 	defer func() {
 		if at.fn != noCallback {
 			if v := recover(); v != nil {
-				*errs = append(*errs, indexerFailure(at, defs, list[next], v))
+				*errs = append(*errs, indexerFailure(at, defs, key, list[next], v))
 				next++
 			}
 		}
@@ -361,7 +362,8 @@ func (i *Indexer[K, T]) fill(c *contents[K, T], defs *indexDefs[T], list []T, n 
 	for next = n; next < len(list); next++ {
 		obj := list[next]
 		at.fn = inKeyFunc
-		key, err := keyOf(i.keyFunc, obj)
+		var err error
+		key, err = keyOf(i.keyFunc, obj)
 		at.fn = noCallback
 		if err != nil {
 			*errs = append(*errs, err)
@@ -369,7 +371,7 @@ func (i *Indexer[K, T]) fill(c *contents[K, T], defs *indexDefs[T], list []T, n 
 		}
 		vals, err := defs.values(buf[:0], obj, &at)
 		if err != nil {
-			*errs = append(*errs, err)
+			*errs = append(*errs, withKey(err, key))
 			continue
 		}
 		c.set(defs, key, obj, true, vals)

@@ -200,12 +200,13 @@ func (i *Indexer[K, T]) AddIndexers(newIndexers Indexers[T]) (err error) {
 	var at calling
 	var added *indexDefs[T]
 	var obj T // the object being indexed
+	var key K // and its key
 	i.mu.Lock()
 	defer func() {
 		i.mu.Unlock()
 		if at.fn != noCallback {
 			if v := recover(); v != nil {
-				err = indexerFailure(at, added, obj, v)
+				err = indexerFailure(at, added, key, obj, v)
 			}
 		}
 	}()
@@ -221,11 +222,11 @@ func (i *Indexer[K, T]) AddIndexers(newIndexers Indexers[T]) (err error) {
 
 	c := i.newContents(added, 0)
 	var buf [4][]string
-	for key, stored := range i.contents.items.all() {
-		obj = stored
+	for k, stored := range i.contents.items.all() {
+		key, obj = k, stored
 		vals, err := added.values(buf[:0], obj, &at)
 		if err != nil {
-			return err
+			return withKey(err, key)
 		}
 		for j, ix := range c.indexes {
 			ix.add(key, vals[j])

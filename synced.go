@@ -2,6 +2,7 @@ package mirror
 
 import (
 	"context"
+	"errors"
 	"sync"
 )
 
@@ -10,9 +11,14 @@ import (
 // cannot read its source hears of it within seconds.
 const defaultSyncFailureLimit = 3
 
-// syncFailure records an informer giving up waiting for its first sync.
+// syncFailure records an informer giving up waiting for its first sync,
+// and knows its last failure, for a wait that its context ends.
 type syncFailure struct {
 	ch chan struct{} // closed when err is set
+
+	// last, if set, returns the last failure to list or watch, if it is
+	// not over (see Freshness.Err).
+	last func() error
 
 	mu  sync.Mutex
 	n   int
@@ -39,15 +45,43 @@ func (f *syncFailure) get() error {
 	return f.err
 }
 
+// lastFailure returns the informer's last failure to list or watch, if
+// it is not over: its Reflector's (see Freshness.Err).
+func (inf *Informer[K, T]) lastFailure() error {
+	r := inf.reflector.Load()
+	if r == nil {
+		return nil
+	}
+	return r.lastFailure()
+}
+
+// notSyncedError is the error of a wait for sync that its context ended
+// while the source was failing: it names the context's error and the last
+// failure to list or watch, and errors.Is finds both.
+type notSyncedError struct {
+	ctxErr, last error
+}
+
+func (e *notSyncedError) Error() string {
+	return "mirror: not synced: " + e.ctxErr.Error() + "; last error: " + causeText(e.last)
+}
+
+func (e *notSyncedError) Unwrap() []error { return []error{e.ctxErr, e.last} }
+
 // HasSynced reports whether the cache holds the whole initial list (or
 // the informer has applied a change that came before any list). It never
 // goes back to false. To wait for it, use WaitForSync.
 func (inf *Informer[K, T]) HasSynced() bool { return inf.synced.Load() }
 
-// WaitForSync waits until HasSynced is true and returns nil. It returns
-// ctx.Err() if ctx ends first, and the error that made the informer give
-// up if its source refused it for good before its first sync (see
-// InformerOptions.SyncFailureLimit; the error wraps ErrPermanent).
+// WaitForSync waits until HasSynced is true and returns nil. If ctx ends
+// first, it returns ctx.Err(), or, if the informer's last attempt to list
+// or watch its source failed, an error that names that failure, such as
+// "mirror: not synced: context deadline exceeded; last error: ...", for
+// which errors.Is finds both ctx.Err() and the failure. A failure does
+// not end the wait (the informer retries), unless the source refused the
+// informer for good before its first sync: then WaitForSync returns the
+// error that made it give up (see InformerOptions.SyncFailureLimit; the
+// error wraps ErrPermanent).
 func (inf *Informer[K, T]) WaitForSync(ctx context.Context) error {
 	return waitSynced(ctx, inf.syncedCh, &inf.failure)
 }
@@ -70,6 +104,11 @@ func waitSynced(ctx context.Context, synced <-chan struct{}, failure *syncFailur
 			return failure.get()
 		}
 	case <-ctx.Done():
+		if failure.last != nil {
+			if last := failure.last(); last != nil {
+				return &notSyncedError{ctxErr: ctx.Err(), last: last}
+			}
+		}
 		return ctx.Err()
 	}
 }
@@ -83,9 +122,12 @@ type SyncWaiter interface {
 }
 
 // WaitForCacheSync waits until every waiter has synced and returns nil.
-// It returns ctx.Err() if ctx ends first, and the first error a waiter
-// returns otherwise, such as an informer's source refusing it for good
-// (wrapping ErrPermanent), without waiting for the others.
+// If ctx ends first, it returns the error of the first waiter, in the
+// order given, that had not synced: for an informer whose source was
+// failing, one that names the last failure (see Informer.WaitForSync),
+// else ctx.Err(). Otherwise it returns the first error a waiter returns,
+// such as an informer's source refusing it for good (wrapping
+// ErrPermanent), without waiting for the others.
 //
 // client-go's cache.WaitForCacheSync(stopCh, inf.HasSynced) is
 // WaitForCacheSync(ctx, inf) here, and it returns an error instead of a
@@ -97,16 +139,33 @@ func WaitForCacheSync(ctx context.Context, waiters ...SyncWaiter) error {
 	case 1:
 		return waiters[0].WaitForSync(ctx)
 	}
-	ctx, cancel := context.WithCancelCause(ctx)
+	wctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	errs := make([]error, len(waiters))
 	var wg sync.WaitGroup
-	for _, w := range waiters {
+	for i, w := range waiters {
 		wg.Go(func() {
-			if err := w.WaitForSync(ctx); err != nil {
-				cancel(err) // the first cause sticks
+			if errs[i] = w.WaitForSync(wctx); errs[i] != nil {
+				cancel(errs[i]) // the first cause sticks
 			}
 		})
 	}
 	wg.Wait()
-	return context.Cause(ctx)
+	if ctx.Err() == nil {
+		return context.Cause(wctx)
+	}
+	// The caller's context ended: the waiters that had not synced say
+	// why, the first naming a failure best.
+	for _, err := range errs {
+		var ns *notSyncedError
+		if errors.As(err, &ns) {
+			return err
+		}
+	}
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return ctx.Err()
 }

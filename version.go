@@ -140,7 +140,9 @@ func (inf *Informer[K, T]) compareVersions() func(a, b string) (int, error) {
 // when a wait for it ended: reading the cache then would have returned
 // data older than the caller asked for.
 type StaleError struct {
-	// Want is the version waited for.
+	// Want is the version waited for; "" if it could not be learnt
+	// (Consistent, when the source did not say its current version
+	// within the bound).
 	Want string
 	// Applied is the version the cache had applied when the wait ended
 	// ("" if none).
@@ -151,11 +153,15 @@ type StaleError struct {
 	Err error
 }
 
-// Error implements error.
+// Error implements error. It says "none" for an empty Applied, and
+// "current version unknown" for an empty Want.
 func (e *StaleError) Error() string {
 	applied := e.Applied
 	if applied == "" {
 		applied = "none"
+	}
+	if e.Want == "" {
+		return fmt.Sprintf("mirror: cache at version %s, current version unknown: %v", applied, e.Err)
 	}
 	return fmt.Sprintf("mirror: cache at version %s, not %s: %v", applied, e.Want, e.Err)
 }
