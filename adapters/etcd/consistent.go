@@ -27,10 +27,9 @@ func (lw *ListWatcher[V]) CompareVersions(a, b string) (int, error) {
 // but etcd counts it by walking every key's index entry: 1M keys cost it
 // tens of milliseconds per read. Errors are classified as List's are.
 func (lw *ListWatcher[V]) CurrentVersion(ctx context.Context) (string, error) {
-	rctx, cancel := lw.requestContext(ctx)
-	defer cancel()
+	rctx, done := lw.requestContext(ctx)
 	resp, err := lw.client.Get(rctx, lw.start, clientv3.WithCountOnly())
-	if err != nil {
+	if err = done(err); err != nil {
 		return "", lw.wrapError(ctx, err, "etcd: current revision of %q", lw.prefix)
 	}
 	return formatRev(resp.Header.Revision), nil

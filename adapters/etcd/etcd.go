@@ -26,6 +26,7 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime/debug"
 	"strconv"
@@ -174,7 +175,10 @@ type ListWatcher[V any] struct {
 	// noStream is set once the server answered that it does not offer
 	// RangeStream: ListChunks pages from then on.
 	noStream atomic.Bool
-	stats    stats
+	// waitedOut is set once a request ended for want of a connection, and
+	// cleared once one succeeds; see guardConn.
+	waitedOut atomic.Bool
+	stats     stats
 
 	// watching holds the open watches that RequestProgress asks; guarded
 	// by watchMu.
@@ -296,12 +300,31 @@ func (lw *ListWatcher[V]) objectsFrom(kvs []*mvccpb.KeyValue, i int, items *[]Ob
 	return next
 }
 
-// requestContext bounds one request by Options.RequestTimeout.
-func (lw *ListWatcher[V]) requestContext(ctx context.Context) (context.Context, context.CancelFunc) {
+// requestContext bounds one request by Options.RequestTimeout and, while
+// the client has no connection, by connectWait (see guardConn). The
+// request runs with rctx; done, called with its error, releases what
+// requestContext holds and returns the error to report: the reason the
+// client could not connect, if that ended the request.
+func (lw *ListWatcher[V]) requestContext(ctx context.Context) (rctx context.Context, done func(error) error) {
+	tctx, cancelTimeout := ctx, context.CancelFunc(func() {})
 	if d := lw.opts.requestTimeout(); d > 0 {
-		return context.WithTimeout(ctx, d)
+		tctx, cancelTimeout = context.WithTimeout(ctx, d)
 	}
-	return ctx, func() {}
+	gctx, cancel := context.WithCancelCause(tctx)
+	stop := lw.guardConn(gctx, cancel)
+	return gctx, func(err error) error {
+		stop()
+		var noConn *noAnswerError
+		if err != nil && errors.As(context.Cause(gctx), &noConn) && ctx.Err() == nil {
+			err = noConn
+		}
+		cancel(nil)
+		cancelTimeout()
+		if err == nil {
+			lw.connected()
+		}
+		return err
+	}
 }
 
 func formatRev(rev int64) string { return strconv.FormatInt(rev, 10) }

@@ -105,9 +105,18 @@ func (lw *ListWatcher[V]) Watch(ctx context.Context, opts mirror.WatchOptions) (
 		start = 0
 	}
 	w.ahead = start > 0
-	if err := w.open(ctx, start, lw.opts.requestTimeout(), 0); err != nil {
+	stopGuard := lw.guardConn(w.ctx, w.stop)
+	err := w.open(ctx, start, lw.opts.requestTimeout(), 0)
+	stopGuard()
+	if err != nil {
 		return nil, err
 	}
+	var noConn *noAnswerError
+	if errors.As(context.Cause(w.ctx), &noConn) && ctx.Err() == nil {
+		w.release()
+		return nil, fmt.Errorf("%s: %w: %w", w.name(), mirror.ErrUnavailable, noConn)
+	}
+	lw.connected()
 	if interval > 0 {
 		// Silence counts from etcd's acceptance of the watch.
 		w.ticker = time.NewTimer(w.step)
