@@ -79,7 +79,7 @@ func TestInformer_UnreachableEndpointIsReportedSoonWithItsCause(t *testing.T) {
 			assert.ErrorIs(t, err, mirror.ErrUnavailable)
 			assert.NotErrorIs(t, err, mirror.ErrPermanent)
 			assert.ErrorContains(t, err, tc.cause)
-			assert.ErrorContains(t, err, `"/unreachable/"`, "the error names the prefix")
+			assert.ErrorContains(t, err, `mirror: reflector "/unreachable/": `, "the informer is named after its prefix")
 			fresh := inf.Freshness().Err
 			require.Error(t, fresh)
 			assert.ErrorContains(t, fresh, tc.cause)
