@@ -59,8 +59,8 @@ var (
 // not supported: Watch then returns an error wrapping errors.ErrUnsupported.
 //
 // Watch returns once etcd has accepted the watch, or with an error wrapping
-// mirror.ErrUnavailable after Options.RequestTimeout. While the client is
-// reconnecting to its member, Watch waits for the connection to come back.
+// mirror.ErrUnavailable after Options.RequestTimeout, or sooner if the
+// client has no connection (see Options.RequestTimeout).
 func (lw *ListWatcher[V]) Watch(ctx context.Context, opts mirror.WatchOptions) (mirror.Watcher[Object[V]], error) {
 	if opts.SendInitialEvents {
 		return nil, fmt.Errorf("etcd: watch %q: streaming list: %w", lw.prefix, errors.ErrUnsupported)
