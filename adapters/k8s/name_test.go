@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -31,8 +32,8 @@ func TestListWatcher_NameSaysResourceNamespaceAndSelectors(t *testing.T) {
 			"pods where app=web,spec.nodeName=n1"},
 		{"typed group", New[*appsv1.Deployment]((&fakeList2[*appsv1.DeploymentList]{}).List, fp.Watch, Options{}),
 			"apps/v1/deployments"},
-		{"typed, kind ending in s", New[*corev1.Endpoints]((&fakeList2[*corev1.EndpointsList]{}).List, fp.Watch, Options{}),
-			"endpoints"},
+		{"typed, kind ending in s", New[*networkingv1.Ingress]((&fakeList2[*networkingv1.IngressList]{}).List, fp.Watch, Options{}),
+			"networking/v1/ingresses"},
 		{"metadata, namespace", NewMetadata(metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme()), deployments, "shop", Options{}),
 			"apps/v1/deployments in shop"},
 		{"metadata, core, all namespaces", NewMetadata(metadatafake.NewSimpleMetadataClient(metadatafake.NewTestScheme()), podsGVR, "", Options{}),
