@@ -19,18 +19,13 @@ func (lw *ListWatcher[V]) CompareVersions(a, b string) (int, error) {
 
 // CurrentVersion returns the cluster's current revision, read
 // linearizably: no older than any write that completed before the call,
-// under any prefix. It implements mirror.CurrentVersioner.
-//
-// It costs one count-only range of a single key (the prefix itself), so
-// that etcd confirms it is current through its leader and sends no keys.
-// A count-only range of the whole prefix would answer the same revision,
-// but etcd counts it by walking every key's index entry: 1M keys cost it
-// tens of milliseconds per read. Errors are classified as List's are.
+// under any prefix. It implements mirror.CurrentVersioner. It costs one
+// count-only read of a single key, whatever the prefix's size. Errors are
+// classified as List's are.
 func (lw *ListWatcher[V]) CurrentVersion(ctx context.Context) (string, error) {
-	rctx, cancel := lw.requestContext(ctx)
-	defer cancel()
+	rctx, done := lw.requestContext(ctx)
 	resp, err := lw.client.Get(rctx, lw.start, clientv3.WithCountOnly())
-	if err != nil {
+	if err = done(err); err != nil {
 		return "", lw.wrapError(ctx, err, "etcd: current revision of %q", lw.prefix)
 	}
 	return formatRev(resp.Header.Revision), nil

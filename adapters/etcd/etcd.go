@@ -26,6 +26,7 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime/debug"
 	"strconv"
@@ -73,67 +74,47 @@ type DecodeFunc[V any] func(key string, value []byte) (V, error)
 
 // Options tunes a ListWatcher. The zero value is ready to use.
 type Options struct {
-	// RequestTimeout bounds each read of a list page, the wait for each
-	// chunk of a list read by ListChunks (not the whole list), and the
-	// start of each watch, so that a member that accepts a connection but
-	// never answers yields mirror.ErrUnavailable instead of a hang. The
-	// error then says what the client's connection tells of why, where
-	// it can: a refused connection, a failed DNS lookup, a failed TLS
-	// handshake, a connection not made in time, or a connection up to a
-	// member that does not answer. Zero means 30 seconds; a negative
-	// value means no bound other than the caller's context.
+	// RequestTimeout bounds each list page, the wait for each chunk of
+	// ListChunks (not the whole list), each CurrentVersion and the start
+	// of each watch: past it, the request fails with an error wrapping
+	// mirror.ErrUnavailable that says what the client's connection tells
+	// of why (refused, DNS, TLS, no answer). Zero means 30 seconds; a
+	// negative value means no bound but the caller's context.
+	//
+	// Independently of it, the first request that waits 2 seconds for a
+	// connection the client does not have fails the same way, with the
+	// cause of the client's last failed attempt to connect, so that an
+	// unreachable cluster is reported within seconds; the requests after
+	// it wait for the connection, up to RequestTimeout, until one
+	// succeeds.
 	RequestTimeout time.Duration
 
-	// ProgressInterval paces how a watch tells a quiet prefix from a
-	// member that has stopped answering. A watch that has heard nothing
-	// from etcd for one interval asks it for a progress notification,
-	// which etcd sends once the watch has caught up, and asks again every
-	// quarter interval while it still hears nothing. A watch that has
-	// heard nothing at all for two intervals ends with an error wrapping
-	// mirror.ErrUnavailable: while Next waits, that comes between two and
-	// two and a quarter intervals after etcd's last message to the watch
-	// (its acceptance of the watch counts), 10 to 11.25 seconds with the
-	// default, whether the member keeps its connection up and does not
-	// answer or the connection is lost and the client is reconnecting.
-	// The Reflector then watches again from the last revision it saw,
-	// through another member if the client has one. Answers become
-	// bookmarks when the watch allows them. Zero means 5 seconds; a
-	// negative value turns the requests off (a watch on a lost member
-	// then waits until the client reconnects).
+	// ProgressInterval is how long a watch hears nothing from etcd before
+	// it asks for a progress notification (and again every quarter
+	// interval while still silent). A watch silent for two intervals ends
+	// with an error wrapping mirror.ErrUnavailable, within two and a
+	// quarter intervals of etcd's last message, and the Reflector watches
+	// again from the last revision seen. A watch that allows bookmarks
+	// (mirror.WatchOptions.AllowBookmarks) hands the answers out as
+	// bookmarks. Zero means 5 seconds; a negative value turns
+	// progress requests off (a watch then waits for a lost member).
 	//
-	// etcd's gRPC proxy (etcd grpc-proxy) drops progress requests but
-	// passes on etcd's periodic progress notifications: through it, set
-	// the members' --watch-progress-notify-interval below this interval,
-	// or a quiet prefix's watch ends as unavailable every two intervals
-	// and is opened again (no relist, nothing lost).
-	//
-	// How soon the mirror is current again once a lost member is back is
-	// the client's affair: the new watch waits for the client's
-	// connection, and is current within about 0.1 s of it (measured in
-	// test/etcd's outage test), as fast as a raw clientv3 watch. gRPC
-	// retries a lost connection with a backoff that grows to two minutes
-	// by default, with jitter, so after a long outage two clients can
-	// come back seconds apart. A client made for a mirror may cap it,
-	// for example with grpc.WithConnectParams(grpc.ConnectParams{Backoff:
-	// backoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6,
-	// Jitter: 0.2, MaxDelay: time.Second}}) in clientv3.Config.DialOptions:
-	// then the mirror was current within 0.9 s of a member's return.
+	// etcd's gRPC proxy drops progress requests: through it, set the
+	// members' --watch-progress-notify-interval below this interval, or
+	// a quiet prefix's watch is reopened every two intervals (nothing is
+	// lost). How soon a mirror is current again after an outage, and how
+	// a client's gRPC reconnection backoff changes it, is measured in
+	// bench/OUTAGE.md.
 	ProgressInterval time.Duration
 
 	// PrevValues makes watches ask etcd for the value each event
 	// replaced, so that an EventDeleted carries the key's last value and
-	// metadata. etcd then reads that value from its store for every
-	// event, puts included: in test/etcd's BenchmarkWatchApply that costs
-	// about a quarter more CPU per put and cuts throughput by as much.
-	//
-	// It is off by default because the mirror does not need it: a
-	// deletion then carries the key alone and is marked
-	// mirror.Event.KeyOnly, and a Reflector's DeltaFIFO and an Informer
-	// deliver the last value they applied instead, which, as their watch
-	// missed no change, is the one etcd would have sent. Turn it on only
-	// to read deletions' values straight from Watch. Even then, a
-	// deletion whose previous value etcd has compacted away, or which
-	// fails to decode, carries the key alone, marked KeyOnly.
+	// metadata. The default, false, sends deletions with the key alone,
+	// marked mirror.Event.KeyOnly; a Reflector's store and an Informer
+	// deliver the last value they applied instead. A deletion whose
+	// previous value is compacted or fails to decode carries the key
+	// alone even with PrevValues. Its cost to etcd is measured in
+	// bench/NOTES.md.
 	PrevValues bool
 }
 
@@ -174,7 +155,10 @@ type ListWatcher[V any] struct {
 	// noStream is set once the server answered that it does not offer
 	// RangeStream: ListChunks pages from then on.
 	noStream atomic.Bool
-	stats    stats
+	// waitedOut is set once a request ended for want of a connection, and
+	// cleared once one succeeds; see guardConn.
+	waitedOut atomic.Bool
+	stats     stats
 
 	// watching holds the open watches that RequestProgress asks; guarded
 	// by watchMu.
@@ -296,12 +280,31 @@ func (lw *ListWatcher[V]) objectsFrom(kvs []*mvccpb.KeyValue, i int, items *[]Ob
 	return next
 }
 
-// requestContext bounds one request by Options.RequestTimeout.
-func (lw *ListWatcher[V]) requestContext(ctx context.Context) (context.Context, context.CancelFunc) {
+// requestContext bounds one request by Options.RequestTimeout and, while
+// the client has no connection, by connectWait (see guardConn). The
+// request runs with rctx; done, called with its error, releases what
+// requestContext holds and returns the error to report: the reason the
+// client could not connect, if that ended the request.
+func (lw *ListWatcher[V]) requestContext(ctx context.Context) (rctx context.Context, done func(error) error) {
+	tctx, cancelTimeout := ctx, context.CancelFunc(func() {})
 	if d := lw.opts.requestTimeout(); d > 0 {
-		return context.WithTimeout(ctx, d)
+		tctx, cancelTimeout = context.WithTimeout(ctx, d)
 	}
-	return ctx, func() {}
+	gctx, cancel := context.WithCancelCause(tctx)
+	stop := lw.guardConn(gctx, cancel)
+	return gctx, func(err error) error {
+		stop()
+		var noConn *noAnswerError
+		if err != nil && errors.As(context.Cause(gctx), &noConn) && ctx.Err() == nil {
+			err = noConn
+		}
+		cancel(nil)
+		cancelTimeout()
+		if err == nil {
+			lw.connected()
+		}
+		return err
+	}
 }
 
 func formatRev(rev int64) string { return strconv.FormatInt(rev, 10) }

@@ -1,6 +1,7 @@
 package etcd
 
 import (
+	"cmp"
 	"fmt"
 
 	"github.com/listwatch/mirror"
@@ -23,19 +24,21 @@ type InformerOptions[V any] = mirror.InformerOptions[string, Object[V]]
 //     created again while the watch was down (history compacted meanwhile)
 //     reaches handlers as OnDelete(old, true) then OnAdd(new), never as an
 //     OnUpdate from one to the other.
+//   - Name, if lw is a *ListWatcher, is its prefix ("etcd" for the whole
+//     key space), so that logs and errors say which informer they are of.
 //   - With Checkpoint.Path set (see mirror.CheckpointOptions), Checkpoint.Codec
 //     is a Codec with its default Values: an Object's metadata in a compact
 //     binary form, and its value as it is for KV, in JSON for any other V
 //     (give a Codec with Values of your own for a V that JSON does not
-//     keep whole). Checkpoint.Identity, if lw is a *ListWatcher, names the
-//     informer's Name and lw's prefix, so that a checkpoint of another
-//     prefix is not loaded; name the cluster in it yourself if one path
-//     may serve mirrors of several clusters.
+//     keep whole). Checkpoint.Identity, if lw is a *ListWatcher, names
+//     lw's prefix, after the informer's Name if the caller set one, so
+//     that a checkpoint of another prefix is not loaded; name the cluster
+//     in it yourself if one path may serve mirrors of several clusters.
 //
 // A field of opts the caller set is kept as it is, never replaced: to
 // report a re-created key as an update, for instance, set SameObject to a
 // function that always returns true. Every other field of opts (indexes,
-// handlers' resync period, queue, name, error handler, Reflector options)
+// handlers' resync period, queue, error handler, Reflector options)
 // is passed on unchanged. Run the informer with its Run method.
 func NewInformer[V any](lw mirror.ListWatcher[Object[V]], opts InformerOptions[V]) *mirror.Informer[string, Object[V]] {
 	if opts.KeyFunc == nil {
@@ -47,16 +50,20 @@ func NewInformer[V any](lw mirror.ListWatcher[Object[V]], opts InformerOptions[V
 	if opts.SameObject == nil {
 		opts.SameObject = SameObject[V]
 	}
+	elw, _ := lw.(*ListWatcher[V])
 	if cp := &opts.Checkpoint; cp.Path != "" {
 		if cp.Codec == nil {
 			cp.Codec = Codec[V]{Values: defaultValues[V]()}
 		}
-		if elw, ok := lw.(*ListWatcher[V]); ok && cp.Identity == "" {
+		if elw != nil && cp.Identity == "" {
 			cp.Identity = fmt.Sprintf("etcd prefix %q", elw.prefix)
 			if opts.Name != "" {
 				cp.Identity = opts.Name + ": " + cp.Identity
 			}
 		}
+	}
+	if elw != nil && opts.Name == "" {
+		opts.Name = cmp.Or(elw.prefix, "etcd")
 	}
 	return mirror.NewInformer(lw, opts)
 }

@@ -110,10 +110,10 @@ func (lw *ListWatcher[V]) getAt(ctx context.Context, key string, rev int64, ops 
 }
 
 func (lw *ListWatcher[V]) get(ctx context.Context, key string, ops []clientv3.OpOption) (*clientv3.GetResponse, error) {
-	rctx, cancel := lw.requestContext(ctx)
-	defer cancel()
+	rctx, done := lw.requestContext(ctx)
 	lw.stats.listRequests.Add(1)
-	return lw.client.Get(rctx, key, ops...)
+	resp, err := lw.client.Get(rctx, key, ops...)
+	return resp, done(err)
 }
 
 // A continue token is the URL-safe base64 of a format byte, the list's

@@ -59,8 +59,8 @@ var (
 // not supported: Watch then returns an error wrapping errors.ErrUnsupported.
 //
 // Watch returns once etcd has accepted the watch, or with an error wrapping
-// mirror.ErrUnavailable after Options.RequestTimeout. While the client is
-// reconnecting to its member, Watch waits for the connection to come back.
+// mirror.ErrUnavailable after Options.RequestTimeout, or sooner if the
+// client has no connection (see Options.RequestTimeout).
 func (lw *ListWatcher[V]) Watch(ctx context.Context, opts mirror.WatchOptions) (mirror.Watcher[Object[V]], error) {
 	if opts.SendInitialEvents {
 		return nil, fmt.Errorf("etcd: watch %q: streaming list: %w", lw.prefix, errors.ErrUnsupported)
@@ -105,9 +105,18 @@ func (lw *ListWatcher[V]) Watch(ctx context.Context, opts mirror.WatchOptions) (
 		start = 0
 	}
 	w.ahead = start > 0
-	if err := w.open(ctx, start, lw.opts.requestTimeout(), 0); err != nil {
+	stopGuard := lw.guardConn(w.ctx, w.stop)
+	err := w.open(ctx, start, lw.opts.requestTimeout(), 0)
+	stopGuard()
+	if err != nil {
 		return nil, err
 	}
+	var noConn *noAnswerError
+	if errors.As(context.Cause(w.ctx), &noConn) && ctx.Err() == nil {
+		w.release()
+		return nil, fmt.Errorf("%s: %w: %w", w.name(), mirror.ErrUnavailable, noConn)
+	}
+	lw.connected()
 	if interval > 0 {
 		// Silence counts from etcd's acceptance of the watch.
 		w.ticker = time.NewTimer(w.step)

@@ -11,22 +11,12 @@ import (
 )
 
 // CompareVersions orders two resource versions of the ListWatcher's
-// resource; it implements mirror.VersionComparer, so that an informer of
-// Kubernetes objects can wait for a version (mirror.Informer.WaitForVersion)
-// and serve consistent reads.
-//
-// Kubernetes long documented resource versions as opaque strings that
-// clients may only test for equality. Since 1.35 (KEP-5504, "Comparable
-// Resource Version", stable) a client may order the resource versions of
-// objects of one resource: they are positive decimal integers without
-// leading zeros, and a larger one is newer; client-go's
-// k8s.io/apimachinery/pkg/util/resourceversion.CompareResourceVersion
-// compares them, and CompareVersions uses it. They are the revisions of
-// the etcd cluster that stores the resource, which is what lets the
-// kube-apiserver serve consistent lists from its watch cache (KEP-2340).
-// An informer holds one resource, so the comparison always has meaning
-// for it. A version that is not well formed gets an error wrapping
-// mirror.ErrInvalidVersion.
+// resource, as k8s.io/apimachinery's resourceversion.CompareResourceVersion
+// does: positive decimal integers, a larger one newer, which Kubernetes
+// guarantees since 1.35 (KEP-5504). It implements mirror.VersionComparer,
+// so that an informer can wait for a version
+// (mirror.Informer.WaitForVersion) and read consistently. A version that
+// is not well formed gets an error wrapping mirror.ErrInvalidVersion.
 func (lw *ListWatcher[T]) CompareVersions(a, b string) (int, error) {
 	return compareResourceVersions(a, b)
 }
@@ -40,18 +30,15 @@ func compareResourceVersions(a, b string) (int, error) {
 }
 
 // CurrentVersion returns the resource version of a consistent list of at
-// most one object, as the kube-apiserver answers it: etcd's current
-// revision, no older than any write that completed before the call; it
-// implements mirror.CurrentVersioner. Errors are classified as List's
-// are.
+// most one object: the cluster's current revision, no older than any write
+// that completed before the call. It implements mirror.CurrentVersioner.
+// Errors are classified as List's are.
 //
-// The revision is the whole cluster's, and a watch of one resource hears
-// only that resource's changes, plus a bookmark about once a minute: the
-// kube-apiserver takes no progress requests from its clients. A consistent
-// read of a resource that is quiet while others change may therefore wait
-// out its bound; give it ConsistentOptions.Fallback, or wait for the
-// version of your own write (Informer.WaitForVersion), which the watch
-// brings at once.
+// The kube-apiserver takes no progress requests, and a watch of a quiet
+// resource hears of the cluster's newer revisions only by a bookmark about
+// once a minute: a consistent read of such a resource may wait out its
+// bound. Give it ConsistentOptions.Fallback, or wait for the version of
+// your own write (Informer.WaitForVersion), which the watch brings at once.
 func (lw *ListWatcher[T]) CurrentVersion(ctx context.Context) (string, error) {
 	o := lw.listOptions()
 	o.Limit = 1

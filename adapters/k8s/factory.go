@@ -312,9 +312,7 @@ func acquire[T Object](f *Factory, kind string, req Request[T], newLW func(Optio
 		}
 		if e := f.entries[key]; e != nil {
 			e.refs++
-			h := &Handle[T]{e: e}
-			h.inf.Store(e.inf.(*mirror.Informer[Key, T]))
-			return h, nil
+			return newHandle(e, e.inf.(*mirror.Informer[Key, T])), nil
 		}
 		// The caller's constructor runs without the lock, so that it
 		// may use the factory; a request for the same key meanwhile
@@ -340,16 +338,23 @@ func newFactoryInformer[T Object](f *Factory, e *entry, req Request[T], newLW fu
 	if req.StripManagedFields {
 		transform = chainTransforms(StripManagedFields[T], req.Transform)
 	}
+	// The informer sees lw through goneListWatcher, which hides lw's
+	// version order unless it is passed on.
+	var compare func(a, b string) (int, error)
+	if c, ok := lw.(mirror.VersionComparer); ok {
+		compare = c.CompareVersions
+	}
 	var inf *mirror.Informer[Key, T]
 	inf = NewInformer(goneListWatcher[T](lw, e, func() bool { return inf.HasSynced() }), InformerOptions[T]{
-		Name:         cmp.Or(req.Name, req.Resource.String()),
-		Indexers:     mirror.Indexers[T]{LabelIndex: IndexByLabels[T]},
-		Transform:    transform,
-		ResyncPeriod: f.opts.ResyncPeriod,
-		ListWatch:    f.opts.ListWatch,
-		Metrics:      f.opts.Metrics,
-		ErrorHandler: e.report,
-		Logger:       f.logger,
+		CompareVersions: compare,
+		Name:            cmp.Or(req.Name, req.Resource.String()),
+		Indexers:        mirror.Indexers[T]{LabelIndex: IndexByLabels[T]},
+		Transform:       transform,
+		ResyncPeriod:    f.opts.ResyncPeriod,
+		ListWatch:       f.opts.ListWatch,
+		Metrics:         f.opts.Metrics,
+		ErrorHandler:    e.report,
+		Logger:          f.logger,
 	})
 	return inf
 }

@@ -2,6 +2,8 @@ package k8s
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -130,3 +132,16 @@ type goneStreamingLW[T Object] struct {
 }
 
 func (g *goneStreamingLW[T]) PrefersStreamingList() bool { return g.p.PrefersStreamingList() }
+
+// CurrentVersion passes on the current version of the ListWatcher goneLW
+// wraps, so that the informer can read consistently; one that cannot say
+// it gets an error wrapping errors.ErrUnsupported, as an informer of it
+// would. The version order goes to the informer by
+// InformerOptions.CompareVersions (see newFactoryInformer).
+func (g *goneLW[T]) CurrentVersion(ctx context.Context) (string, error) {
+	cv, ok := g.lw.(mirror.CurrentVersioner)
+	if !ok {
+		return "", fmt.Errorf("k8s: %s: the ListWatcher cannot say its current version: %w", g.e.key.res, errors.ErrUnsupported)
+	}
+	return cv.CurrentVersion(ctx)
+}

@@ -21,6 +21,18 @@ type Handle[T Object] struct {
 	mu       sync.Mutex
 	released bool
 	regs     []*mirror.Registration
+
+	// releasedCtx ends when h is released, so that a WaitForSync in
+	// progress returns.
+	releasedCtx context.Context
+	endRelease  context.CancelFunc
+}
+
+func newHandle[T Object](e *entry, inf *mirror.Informer[Key, T]) *Handle[T] {
+	h := &Handle[T]{e: e}
+	h.inf.Store(inf)
+	h.releasedCtx, h.endRelease = context.WithCancel(context.Background())
+	return h
 }
 
 // Informer returns the shared informer, for reading its cache (Get, List,
@@ -67,14 +79,22 @@ func (h *Handle[T]) HasSynced() bool {
 
 // WaitForSync waits until the shared informer has synced, as
 // mirror.Informer.WaitForSync does; it returns ErrReleased once h is
-// released. It makes a Handle a mirror.SyncWaiter, for
+// released, a wait in progress included. It makes a Handle a mirror.SyncWaiter, for
 // mirror.WaitForCacheSync over several.
 func (h *Handle[T]) WaitForSync(ctx context.Context) error {
 	inf := h.inf.Load()
 	if inf == nil {
 		return ErrReleased
 	}
-	return inf.WaitForSync(ctx)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(h.releasedCtx, cancel)
+	defer stop()
+	err := inf.WaitForSync(wctx)
+	if err != nil && h.releasedCtx.Err() != nil && ctx.Err() == nil {
+		return ErrReleased
+	}
+	return err
 }
 
 // Gone reports whether the informer's resource has gone away after the
@@ -96,6 +116,7 @@ func (h *Handle[T]) Release() {
 		return
 	}
 	h.released = true
+	h.endRelease()
 	inf := h.inf.Swap(nil)
 	regs := h.regs
 	h.regs = nil

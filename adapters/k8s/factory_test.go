@@ -3,6 +3,7 @@ package k8s
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -310,4 +311,129 @@ func TestFactory_ConcurrentRequestsShareOneInformer(t *testing.T) {
 		// The bubble fails if an informer made by a request that lost
 		// the race, or the shared one, still runs.
 	})
+}
+
+// bareLW hides every optional interface of the ListWatcher it holds.
+type bareLW struct {
+	mirror.ListWatcher[*corev1.Pod]
+}
+
+// A factory's informer can wait for a version and read consistently when
+// its ListWatcher can order versions and say its current one, as the
+// adapter's can; the factory's own wrapping of it hides neither.
+func TestFactory_InformerWaitsForVersionAndReadsConsistentlyIfItsSourceCan(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		bare        bool
+		unsupported bool
+	}{
+		{name: "source with versions"},
+		{name: "source without", bare: true, unsupported: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				src, newLW, _ := podSource(t, labelled("a", "p", nil))
+				if tc.bare {
+					newLW = func(string, Options) mirror.ListWatcher[*corev1.Pod] { return bareLW{src} }
+				}
+				f := quietFactory(FactoryOptions{})
+				ctx, cancel := context.WithCancel(context.Background())
+				defer f.Shutdown()
+				defer cancel()
+				f.Start(ctx)
+				h, err := Typed(f, Request[*corev1.Pod]{Resource: Resource{GVR: podsGVR}}, newLW)
+				require.NoError(t, err)
+				defer h.Release()
+				require.NoError(t, h.WaitForSync(t.Context()))
+				inf := h.Informer()
+
+				rev, err := src.Put(labelled("a", "q", nil))
+				require.NoError(t, err)
+				rv := strconv.FormatInt(rev, 10)
+				check := func(what string, err error) {
+					t.Helper()
+					if tc.unsupported {
+						assert.ErrorIs(t, err, errors.ErrUnsupported, what)
+					} else {
+						assert.NoError(t, err, what)
+					}
+				}
+				check("WaitForVersion", inf.WaitForVersion(t.Context(), rv))
+				r, err := inf.Consistent(t.Context(), mirror.ConsistentOptions{})
+				check("Consistent", err)
+				if err == nil {
+					_, ok := r.GetByKey(Key{Namespace: "a", Name: "q"})
+					assert.True(t, ok, "a consistent read sees the write")
+				}
+				// A write of the program's own, recorded, then read.
+				rev, err = src.Put(labelled("a", "w", nil))
+				require.NoError(t, err)
+				w := Key{Namespace: "a", Name: "w"}
+				check("RecordWrite", inf.RecordWrite(w, strconv.FormatInt(rev, 10)))
+				_, ok, err := inf.GetAfterWrite(t.Context(), w, mirror.ConsistentOptions{})
+				require.NoError(t, err, "GetAfterWrite")
+				if !tc.unsupported {
+					assert.True(t, ok, "GetAfterWrite sees the write")
+				}
+			})
+		})
+	}
+}
+
+// stuckLW is a ListWatcher whose lists never end: its informer never
+// syncs.
+type stuckLW struct {
+	mirror.ListWatcher[*corev1.Pod]
+}
+
+func (stuckLW) List(ctx context.Context, _ mirror.ListOptions) (mirror.ListResult[*corev1.Pod], error) {
+	<-ctx.Done()
+	return mirror.ListResult[*corev1.Pod]{}, ctx.Err()
+}
+
+// A WaitForSync already waiting on a handle when the handle is released
+// returns ErrReleased, whether the handle was its informer's last or not.
+func TestHandle_WaitForSyncInProgressReturnsErrReleasedOnRelease(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		others int
+	}{
+		{name: "last handle"},
+		{name: "another handle stays", others: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				f := quietFactory(FactoryOptions{})
+				ctx, cancel := context.WithCancel(context.Background())
+				defer f.Shutdown()
+				defer cancel()
+				f.Start(ctx)
+				req := Request[*corev1.Pod]{Resource: Resource{GVR: podsGVR}}
+				newLW := func(string, Options) mirror.ListWatcher[*corev1.Pod] { return stuckLW{} }
+				h, err := Typed(f, req, newLW)
+				require.NoError(t, err)
+				for range tc.others {
+					other, err := Typed(f, req, newLW)
+					require.NoError(t, err)
+					defer other.Release()
+				}
+
+				wctx, wcancel := context.WithCancel(t.Context())
+				defer wcancel()
+				waited := make(chan error, 1)
+				go func() { waited <- h.WaitForSync(wctx) }()
+				synctest.Wait()
+				h.Release()
+				synctest.Wait()
+				select {
+				case err := <-waited:
+					assert.ErrorIs(t, err, ErrReleased)
+				default:
+					t.Error("WaitForSync still waits after its handle's release")
+					wcancel()
+					<-waited
+				}
+			})
+		})
+	}
 }

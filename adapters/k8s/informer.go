@@ -25,11 +25,15 @@ type InformerOptions[T Object] = mirror.InformerOptions[Key, T]
 //     created again under its name while the watch was down reaches
 //     handlers as OnDelete(old, true) then OnAdd(new), never as an
 //     OnUpdate from one to the other.
+//   - Name, if lw is a *ListWatcher, names its resource as its client
+//     does ("pods", "apps/v1/deployments in shop"; the object type for a
+//     dynamic client's) and its selectors ("pods where app=web"), so that
+//     logs and errors say which informer they are of.
 //
 // A field of opts the caller set is kept as it is, never replaced, and so
 // is an index of the caller's named NamespaceIndex; opts.Indexers itself
 // is not modified. Every other field of opts (handlers' resync period,
-// queue, name, transform, error handler, Reflector options) is passed on
+// queue, transform, error handler, Reflector options) is passed on
 // unchanged. Run the informer with its Run method.
 func NewInformer[T Object](lw mirror.ListWatcher[T], opts InformerOptions[T]) *mirror.Informer[Key, T] {
 	if opts.KeyFunc == nil {
@@ -48,6 +52,9 @@ func NewInformer[T Object](lw mirror.ListWatcher[T], opts InformerOptions[T]) *m
 	}
 	if opts.SameObject == nil {
 		opts.SameObject = SameObject[T]
+	}
+	if klw, ok := lw.(*ListWatcher[T]); ok && opts.Name == "" {
+		opts.Name = klw.name()
 	}
 	return mirror.NewInformer(lw, opts)
 }

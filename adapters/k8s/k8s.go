@@ -31,14 +31,18 @@
 package k8s
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"reflect"
+	"strings"
 
 	"github.com/listwatch/mirror"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/cache"
@@ -96,6 +100,9 @@ type ListWatcher[T Object] struct {
 	cannotStream bool
 	// what names T in errors, such as "*v1.Pod".
 	what string
+	// resource names what lw lists, such as "pods" or "apps/v1/deployments
+	// in shop", or is "" if lw cannot tell (see resourceName).
+	resource string
 }
 
 var (
@@ -156,7 +163,58 @@ type watchListUnsupported interface {
 
 func newListWatcher[T Object](list func(context.Context, metav1.ListOptions) (runtime.Object, error), watch WatchFunc, opts Options) *ListWatcher[T] {
 	var zero T
-	return &ListWatcher[T]{list: list, watch: watch, opts: opts, what: fmt.Sprintf("%T", zero)}
+	return &ListWatcher[T]{list: list, watch: watch, opts: opts, what: fmt.Sprintf("%T", zero), resource: typeResource[T]()}
+}
+
+// typeResource guesses the resource of T from its type, as client-go's
+// clients name it: "pods" for a *corev1.Pod, "apps/v1/deployments" for an
+// *appsv1.Deployment (the group as k8s.io/api names its package), the
+// lower-case plural of the kind for a type of another module. It returns
+// "" for the types that hold any resource (unstructured objects, object
+// metadata).
+func typeResource[T Object]() string {
+	t := reflect.TypeFor[T]()
+	if t.Kind() != reflect.Pointer || t.Elem().Name() == "" {
+		return ""
+	}
+	t = t.Elem()
+	switch t {
+	case reflect.TypeFor[unstructured.Unstructured](), reflect.TypeFor[metav1.PartialObjectMetadata]():
+		return ""
+	}
+	gvr, _ := meta.UnsafeGuessKindToResource(schema.GroupVersionKind{Kind: t.Name()})
+	const apiPrefix = "k8s.io/api/"
+	if gv, ok := strings.CutPrefix(t.PkgPath(), apiPrefix); ok && gv != "core/v1" {
+		return gv + "/" + gvr.Resource
+	}
+	return gvr.Resource
+}
+
+// gvrName names gvr as typeResource does: "pods", "apps/v1/deployments".
+func gvrName(gvr schema.GroupVersionResource) string {
+	if gvr.Group == "" && gvr.Version == "v1" {
+		return gvr.Resource
+	}
+	return gvr.GroupVersion().String() + "/" + gvr.Resource
+}
+
+// name names what lw lists, for an informer of it: its resource (its
+// object type if it cannot tell), namespace and selectors, such as
+// "pods where app=web" or "apps/v1/deployments in shop".
+func (lw *ListWatcher[T]) name() string {
+	s := cmp.Or(lw.resource, lw.what)
+	if sel := joinSelectors(lw.opts.LabelSelector, lw.opts.FieldSelector); sel != "" {
+		s += " where " + sel
+	}
+	return s
+}
+
+// joinSelectors joins a label and a field selector with a comma.
+func joinSelectors(label, field string) string {
+	if label != "" && field != "" {
+		return label + "," + field
+	}
+	return label + field
 }
 
 // PrefersStreamingList reports whether lw wants the Reflector to get the

@@ -16,5 +16,10 @@ import (
 // additions, updates and deletions as a typed one.
 func NewMetadata(client metadata.Interface, gvr schema.GroupVersionResource, namespace string, opts Options) *ListWatcher[*metav1.PartialObjectMetadata] {
 	r := client.Resource(gvr).Namespace(namespace)
-	return New[*metav1.PartialObjectMetadata](r.List, r.Watch, opts)
+	lw := New[*metav1.PartialObjectMetadata](r.List, r.Watch, opts)
+	lw.resource = gvrName(gvr)
+	if namespace != "" {
+		lw.resource += " in " + namespace
+	}
+	return lw
 }

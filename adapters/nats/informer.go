@@ -24,16 +24,19 @@ type InformerOptions[V any] = mirror.InformerOptions[string, Object[V]]
 //     again reaches handlers as OnDelete then OnAdd when the watch delivers
 //     both, and as OnUpdate when a relist comes first (see the package
 //     documentation).
+//   - Name, if lw is a *ListWatcher, is its bucket's name, so that logs
+//     and errors say which informer they are of.
 //   - With Checkpoint.Path set (see mirror.CheckpointOptions),
 //     Checkpoint.Codec is a Codec with its default Values: an Object's
 //     revision and time in a compact binary form, and its value as it is
 //     for KV, in JSON for any other V. Checkpoint.Identity, if lw is a
-//     *ListWatcher, names the informer's Name and lw's bucket, so that a
-//     checkpoint of another bucket is not loaded; name the server in it
-//     yourself if one path may serve mirrors of several servers.
+//     *ListWatcher, names lw's bucket, after the informer's Name if the
+//     caller set one, so that a checkpoint of another bucket is not
+//     loaded; name the server in it yourself if one path may serve
+//     mirrors of several servers.
 //
 // A field of opts the caller set is kept as it is, never replaced. Every
-// other field of opts (indexes, handlers' resync period, queue, name, error
+// other field of opts (indexes, handlers' resync period, queue, error
 // handler, Reflector options) is passed on unchanged. Run the informer with
 // its Run method.
 func NewInformer[V any](lw mirror.ListWatcher[Object[V]], opts InformerOptions[V]) *mirror.Informer[string, Object[V]] {
@@ -53,6 +56,9 @@ func NewInformer[V any](lw mirror.ListWatcher[Object[V]], opts InformerOptions[V
 				cp.Identity = opts.Name + ": " + cp.Identity
 			}
 		}
+	}
+	if nlw, ok := lw.(*ListWatcher[V]); ok && opts.Name == "" {
+		opts.Name = nlw.bucket
 	}
 	return mirror.NewInformer(lw, opts)
 }
