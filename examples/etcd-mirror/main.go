@@ -64,16 +64,10 @@ import (
 
 func main() { cli.Main("etcd-mirror", run) }
 
-// The etcd client's timeouts, in one place; --sync-timeout bounds, as
-// well as the first sync, the wait to authenticate (newClient).
-const (
-	// requestTimeout bounds each request of the mirror: a member that
-	// does not answer is reported after it, rather than after the
-	// adapter's default; the informer retries either way.
-	requestTimeout = 5 * time.Second
-	// probeTimeout bounds the read that says why authentication failed.
-	probeTimeout = time.Second
-)
+// probeTimeout bounds the read that says why authentication failed. The
+// mirror itself uses the adapter's defaults: an endpoint it cannot reach
+// is reported within seconds, with the cause.
+const probeTimeout = time.Second
 
 // Service is the value stored under each key.
 type Service struct {

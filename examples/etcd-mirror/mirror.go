@@ -53,12 +53,11 @@ type mirrorState struct {
 // if not nil, receives its measurements.
 func newMirror(client *clientv3.Client, cfg config, metrics mirror.Metrics, p *cli.Printer) *mirrorState {
 	m := &mirrorState{undecodable: map[string]int64{}, p: p}
-	lw := etcdmirror.NewTyped(client, cfg.prefix, decodeService, etcdmirror.Options{RequestTimeout: requestTimeout})
+	lw := etcdmirror.NewTyped(client, cfg.prefix, decodeService, etcdmirror.Options{})
 	// NewInformer keys the cache by etcd key, takes a key whose
 	// ModRevision did not change for no change when it relists, and a key
 	// whose CreateRevision changed for another object.
 	m.inf = etcdmirror.NewInformer(lw, etcdmirror.InformerOptions[Service]{
-		Name:    cfg.prefix,
 		Metrics: metrics,
 		Logger:  cfg.Logger(), // nil, slog's default, unless --quiet
 		Indexers: mirror.Indexers[object]{
