@@ -27,9 +27,7 @@ type IndexError struct {
 	// Key is the object's key, or nil where it is not known (Index is
 	// called with an object, not a key).
 	Key any
-	// Object is the object it failed for. It is kept for callers who
-	// look into it (errors.As), and left out of Error: an object may be
-	// large, or hold secrets.
+	// Object is the object it failed for; Error leaves it out.
 	Object any
 	// Err is the index function's error, or a *PanicError if it
 	// panicked.
