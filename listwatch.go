@@ -110,9 +110,8 @@ const (
 	EventAdded EventType = iota + 1
 	// EventModified reports a changed object.
 	EventModified
-	// EventDeleted reports a deleted object; Object holds its last state
-	// as far as the source knows it, or, if the event is KeyOnly, no more
-	// than what identifies it.
+	// EventDeleted reports a deleted object; Object holds its last state,
+	// or, if KeyOnly, only what identifies it.
 	EventDeleted
 	// EventBookmark reports only that the source has reached
 	// ResourceVersion; Object is the zero value.
@@ -149,12 +148,12 @@ type Event[T any] struct {
 	// what it holds for each type.
 	Object T
 
-	// ResourceVersion is the source's version after this event. Every
-	// event carries one, except EventError, which may leave it empty.
+	// ResourceVersion is the source's version after this event; an
+	// EventError may leave it empty.
 	ResourceVersion string
 
-	// InitialEventsEnd is set on the EventBookmark that closes the initial
-	// state of a streaming list (WatchOptions.SendInitialEvents).
+	// InitialEventsEnd marks the EventBookmark that ends a streaming
+	// list's initial state.
 	InitialEventsEnd bool
 
 	// KeyOnly is set on an EventDeleted whose Object identifies the
@@ -166,12 +165,10 @@ type Event[T any] struct {
 	// Err is the problem an EventError reports; nil for every other type.
 	Err error
 
-	// More is set when the next event belongs to the same change at the
-	// source (an etcd transaction), all carrying this ResourceVersion;
-	// the mirror is at that version only once the last, without More, is
-	// applied. A watch from before the change must replay its events in
-	// the same order every time. Sources whose versions name single
-	// events leave it false.
+	// More is set when the next event belongs to the same change (an
+	// etcd transaction, one ResourceVersion); a watch from before the
+	// change must replay its events in the same order every time.
+	// Sources whose versions name single events leave it false.
 	More bool
 }
 
@@ -240,10 +237,9 @@ func (e *ObjectError) Unwrap() error { return e.Err }
 // isUnsupported reports whether err says a feature is not supported.
 func isUnsupported(err error) bool { return errors.Is(err, errors.ErrUnsupported) }
 
-// ReflectorStore is what a Reflector writes to; DeltaFIFO, FIFO and
-// Indexer implement it. A Reflector makes one call at a time and reports
-// an error and goes on, so a store should skip only the object that
-// failed.
+// ReflectorStore is what a Reflector writes to, one call at a time;
+// DeltaFIFO, FIFO and Indexer implement it. A store should fail only the
+// object that failed.
 type ReflectorStore[T any] interface {
 	// Add records a new object.
 	Add(obj T) error

@@ -35,14 +35,10 @@ type ReflectorOptions struct {
 	// goroutine of its own; nil means always resync.
 	ShouldResync func() bool
 
-	// ErrorHandler is called with every failure: List and Watch errors,
-	// watches that end with an error or too soon, objects the source
-	// skipped (usually *ObjectError, each state of each object once) and
-	// store errors (such as *KeyError). Each error wraps its cause for
-	// errors.Is and errors.As. Calls are never concurrent but may come
-	// from different goroutines; the handler must return quickly. nil
-	// means logging at Warn through Logger, an error identical to one
-	// logged in the last minute only as a count.
+	// ErrorHandler is called with every failure (list, watch, skipped
+	// object, store error), each wrapping its cause. nil means logging at
+	// Warn through Logger, repeats within a minute as a count. Calls are
+	// never concurrent and must return quickly.
 	ErrorHandler func(err error)
 
 	// Logger receives the Reflector's logs; nil means slog.Default().
@@ -67,11 +63,9 @@ type ListWatchOptions struct {
 	StreamingList bool
 
 	// StreamingListStall is how long a streaming list may go without an
-	// event before its closing bookmark; a stream silent that long (or
-	// one that sends Modified or Deleted before that bookmark) is
-	// reported, and the Reflector uses List from then on. A stall is
-	// found one to two StreamingListStall after the last event. 0 or
-	// less means 10s.
+	// event before its closing bookmark (0 or less means 10s); a stalled
+	// stream, or a change event before the bookmark, is reported and the
+	// Reflector uses List from then on.
 	StreamingListStall time.Duration
 
 	// WatchTimeout is the least time a watch is asked to last: each Watch
@@ -86,9 +80,8 @@ type ListWatchOptions struct {
 	InitialBackoff, MaxBackoff time.Duration
 
 	// BackoffReset is how long the source must work, after a pause, for
-	// the next pause to start again from InitialBackoff. A watch that
-	// delivers an event or a bookmark resets the pauses at once. 0 or
-	// less means 2 minutes.
+	// the next pause to start again from InitialBackoff, or any event or
+	// bookmark. 0 or less means 2 minutes.
 	BackoffReset time.Duration
 
 	// Jitter lengthens each pause d by a random amount in [0, Jitter*d).
@@ -126,10 +119,8 @@ func (o ListWatchOptions) withDefaults() ListWatchOptions {
 type ReflectorStats struct {
 	// Lists counts the completed lists handed to the store.
 	Lists int64
-	// Relists counts completed lists after the first; RelistsExpired
-	// those because the version was gone (ErrExpired,
-	// ErrTooLargeResourceVersion), RelistsAfterError those after another
-	// watch failure.
+	// Relists counts completed lists after the first, by cause: the
+	// version gone, or another watch failure.
 	Relists, RelistsExpired, RelistsAfterError int64
 	// Watches counts the watch streams opened, streaming lists included.
 	Watches int64
@@ -140,8 +131,7 @@ type ReflectorStats struct {
 	// Events counts the watch events received, of every type.
 	Events int64
 	// Errors counts the errors reported to ErrorHandler; the others count
-	// them by kind: failed lists, failed or ended watches, objects the
-	// source could not produce, objects or lists the store refused.
+	// them by kind.
 	Errors, ListErrors, WatchErrors, Skipped, StoreErrors int64
 }
 
@@ -156,9 +146,7 @@ type reflectorCounters struct {
 
 // Reflector mirrors a ListWatcher into a ReflectorStore, as client-go's
 // Reflector: it lists into the store's Replace, then watches from the
-// list's version and applies events in order (Add, Update, Delete, or
-// DeleteKeyOnly and Evict on a store that implements them); a bookmark
-// only moves the version on. After a watch ends:
+// list's version and applies events in order. After a watch ends:
 //
 //   - normally: a new watch from the last version, at once; one that
 //     lasted under a second without an event is a very short watch,
@@ -169,10 +157,8 @@ type reflectorCounters struct {
 //   - any other error: a pause, then a relist.
 //
 // A list asks for version "0" first, the last version seen after that,
-// and "" (consistent) once the source said a version is gone. Every
-// failure goes to the ErrorHandler; an object the source or store could
-// not take is skipped. Create it with NewReflector; its methods are safe
-// for concurrent use.
+// and "" once the source said a version is gone. Create it with
+// NewReflector; its methods are safe for concurrent use.
 type Reflector[T any] struct {
 	lw      ListWatcher[T]
 	store   ReflectorStore[T]

@@ -23,9 +23,8 @@ type Store[K comparable, T any] interface {
 	List() []T
 	// ListKeys returns every key, in no particular order.
 	ListKeys() []K
-	// All yields every key and object, in no particular order. The store
-	// may hold a read lock while it yields, so the loop body must not
-	// write to the store.
+	// All yields every key and object, in no particular order; the loop
+	// body must not write to the store.
 	All() iter.Seq2[K, T]
 	// Len returns the number of stored objects.
 	Len() int
