@@ -13,9 +13,8 @@ const (
 	// Deleted means the object left the source. A Deleted delta with
 	// Tombstone set was inferred by a relist rather than observed.
 	Deleted
-	// Replaced means a relist listed the object. It is emitted instead of
-	// Sync when a queue's EmitDeltaTypeReplaced option is on, so consumers
-	// can tell a relist from a periodic resync.
+	// Replaced means a relist listed the object (with
+	// DeltaFIFOOptions.EmitDeltaTypeReplaced; Sync otherwise).
 	Replaced
 	// Sync means the object is unchanged and is being offered again, by a
 	// periodic resync or (without EmitDeltaTypeReplaced) by a relist.
@@ -46,11 +45,9 @@ type Delta[T any] struct {
 	Object T
 	// Type says what happened.
 	Type DeltaType
-	// Tombstone is set on a Deleted delta that a relist inferred: the
-	// source no longer lists the object, but the deletion itself was never
-	// seen, so Object is the last state known here and the object's final
-	// state is unknown. Object is always that last known state, never a
-	// placeholder, so consumers need no type assertion.
+	// Tombstone is set on a Deleted delta that was inferred, not seen (a
+	// relist lacked the object, or it was evicted): Object is the last
+	// state known here, and the final state is unknown.
 	Tombstone bool
 }
 

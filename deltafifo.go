@@ -5,33 +5,27 @@ import (
 )
 
 // PopFunc processes one popped key: its deltas, oldest first, and whether
-// they belong to the initial list (see DeltaFIFO.HasSynced). Returning an
-// error that wraps ErrRequeue puts the deltas back in the queue unless the
-// key was queued again meanwhile. The function owns deltas and may keep
-// them, unless it asks for a requeue.
+// they belong to the initial list (see DeltaFIFO.HasSynced). It owns
+// deltas, unless it returns an error wrapping ErrRequeue.
 type PopFunc[K comparable, T any] func(key K, deltas Deltas[T], isInInitialList bool) error
 
 // QueuedDeltas is one popped key in a batch (see DeltaFIFO.PopBatch).
 type QueuedDeltas[K comparable, T any] struct {
 	// Key is the popped key.
 	Key K
-	// Deltas are its pending deltas, oldest first. They belong to the
-	// consumer, who may keep them.
+	// Deltas are its pending deltas, oldest first; the consumer may keep
+	// them.
 	Deltas Deltas[T]
-	// IsInInitialList reports that they belong to the initial list (see
-	// DeltaFIFO.HasSynced).
+	// IsInInitialList reports that they belong to the initial list.
 	IsInInitialList bool
 }
 
 // TransformFunc rewrites an object as it enters a DeltaFIFO, typically to
-// drop fields the consumer does not need and so save memory. It runs once
-// on each object given to Add, Update, Delete or Replace, before the
-// object is queued, and never on a tombstone, on the object of a Resync's
-// Sync delta or on the object DeleteKeyOnly finds: those came from the
-// queue or from KnownObjects and were transformed already. It may modify
-// obj in place: the queue is the first to see it. It is called with the
-// queue's lock held, so it must be quick and must not call the queue's
-// methods. An error or a panic (see PanicError) skips the object.
+// drop fields the consumer does not need. It runs once on each object
+// given to Add, Update, Delete or Replace, never on objects the queue or
+// KnownObjects already held. It may modify obj in place. It runs with the
+// queue's lock held, so it must not call the queue. An error or a panic
+// skips the object.
 type TransformFunc[T any] func(obj T) (T, error)
 
 // DeltaFIFOOptions configures a DeltaFIFO. Only KeyFunc is required.
@@ -40,16 +34,14 @@ type DeltaFIFOOptions[K comparable, T any] struct {
 	// panics without it.
 	KeyFunc KeyFunc[K, T]
 
-	// KnownObjects is what the consumer already knows, normally the
-	// informer's cache, which the consumer updates from the popped
-	// deltas. With it, Delete drops deletions of keys it does not know,
-	// Replace makes tombstones for known keys the list lacks, and Resync
-	// offers known objects again. Without it, the queue judges only by
-	// the keys it holds, and Resync does nothing.
+	// KnownObjects is what the consumer already knows, normally its
+	// cache. With it, Delete drops deletions of unknown keys, Replace
+	// makes tombstones for known keys the list lacks, and Resync offers
+	// known objects again; without it, only queued keys count and Resync
+	// does nothing.
 	KnownObjects KnownObjects[K, T]
 
-	// EmitDeltaTypeReplaced makes Replace queue Replaced deltas instead of
-	// Sync ones, so that consumers can tell a relist from a resync.
+	// EmitDeltaTypeReplaced makes Replace queue Replaced deltas, not Sync.
 	EmitDeltaTypeReplaced bool
 
 	// Transform, if set, rewrites each object as it enters the queue.
@@ -57,18 +49,10 @@ type DeltaFIFOOptions[K comparable, T any] struct {
 }
 
 // DeltaFIFO is a queue that keeps, per key, every change (delta) since
-// the key was last popped. A key is queued once however many deltas it
-// gathers, and keys are popped in the order they were first queued.
-// Pop hands out all the deltas of a key at once, so the consumer sees
-// every change, deletions included, and never two versions of one object
-// concurrently.
-//
-// A Reflector is the producer (Add, Update, Delete, Replace, Resync); an
-// informer is the consumer (Pop), and the consumer's cache is normally
-// the queue's KnownObjects.
-//
-// A DeltaFIFO must be created with NewDeltaFIFO. It is safe for concurrent
-// use.
+// the key was last popped, as client-go's DeltaFIFO. A key is queued once
+// however many deltas it gathers, and keys are popped in order of first
+// arrival, with all their deltas at once. A Reflector is the usual
+// producer. Create it with NewDeltaFIFO; it is safe for concurrent use.
 type DeltaFIFO[K comparable, T any] struct {
 	queueBase
 
@@ -108,9 +92,8 @@ type pending[T any] struct {
 	listedIn uint64
 }
 
-// NewDeltaFIFO returns an empty DeltaFIFO configured by opts.
-// It panics if opts.KeyFunc is nil, the only way it panics: that is a
-// programming error, not bad data.
+// NewDeltaFIFO returns an empty DeltaFIFO configured by opts. It panics
+// if opts.KeyFunc is nil.
 func NewDeltaFIFO[K comparable, T any](opts DeltaFIFOOptions[K, T]) *DeltaFIFO[K, T] {
 	if opts.KeyFunc == nil {
 		panic("mirror: NewDeltaFIFO without a KeyFunc")
@@ -134,9 +117,9 @@ var (
 	_ Evicter[int]        = (*DeltaFIFO[string, int])(nil)
 )
 
-// Add queues an Added delta for obj. If the key function or the
-// transformer fails or panics (see PanicError), Add returns the error (a
-// *KeyError for the key function) and changes nothing.
+// Add queues an Added delta for obj. If the key function (*KeyError) or
+// the transformer fails or panics, it returns the error and changes
+// nothing.
 func (f *DeltaFIFO[K, T]) Add(obj T) error { return f.add(Added, obj, position{}) }
 
 // Update queues an Updated delta for obj, like Add.
@@ -174,31 +157,19 @@ func (f *DeltaFIFO[K, T]) add(typ DeltaType, obj T, pos position) (err error) {
 }
 
 // Delete queues a Deleted delta for obj, unless the key is neither queued
-// nor in KnownObjects: then the deletion was already reported (by a
-// relist's tombstone, say) and a second report would be false. Of two
-// deletions in a row only one is kept: a real deletion rather than a
-// tombstone, and of two real deletions the newer, which carries the later
-// state. client-go's DeltaFIFO keeps the older of two real deletions. If the key function
-// fails, Delete returns the *KeyError and changes nothing. If the
-// transformer fails, the deletion is still queued, as DeleteKeyOnly queues
-// it, and Delete returns the error: the object is gone whatever its last
-// state looked like, and dropping the deletion would keep it for good. A
-// key function or transformer that panics counts as failing (see
-// PanicError).
+// nor in KnownObjects. Of two deletions in a row one is kept: a real
+// deletion over a tombstone, and the newer of two real ones (client-go
+// keeps the older). If the key function fails or panics it returns the
+// *KeyError and changes nothing; if the transformer does, the deletion is
+// still queued, as DeleteKeyOnly would, and the error returned.
 func (f *DeltaFIFO[K, T]) Delete(obj T) error { return f.delete(obj, false, false, position{}) }
 
-// DeleteKeyOnly is Delete for an obj that identifies the object but does
-// not hold its last state (see Event.KeyOnly): the Deleted delta carries
-// the last state the queue knows instead, the key's newest queued object
-// or else its object in KnownObjects, which is not transformed again.
+// DeleteKeyOnly is Delete for an obj that only identifies the object (see
+// Event.KeyOnly): the delta carries the last state the queue knows, the
+// newest queued object or else the one in KnownObjects.
 func (f *DeltaFIFO[K, T]) DeleteKeyOnly(obj T) error { return f.delete(obj, true, false, position{}) }
 
-// Evict queues a tombstone (a Deleted delta with Tombstone set) for the
-// object identified by obj, which the source still holds in a state the
-// mirror cannot represent (see Evicter). Like DeleteKeyOnly, the delta
-// carries the last state the queue knows, and a key that is neither queued
-// nor in KnownObjects is left alone. Consumers see a deletion whose final
-// state is unknown, not an observed one.
+// Evict is DeleteKeyOnly queueing a tombstone (see Evicter).
 func (f *DeltaFIFO[K, T]) Evict(obj T) error { return f.delete(obj, true, true, position{}) }
 
 // delete queues a deletion of obj at position pos (the zero position if
@@ -380,11 +351,9 @@ func appendDelta[T any](ds Deltas[T], d Delta[T]) Deltas[T] {
 	return append(ds, d)
 }
 
-// AddIfNotPresent queues deltas (which must come from Pop) under key,
-// unless key is queued: then its queued deltas, which are newer, win and
-// deltas is dropped. A consumer uses it to retry a key it failed to
-// process without reordering it behind, or duplicating, newer changes.
-// The queue keeps a copy of deltas. Empty deltas queue nothing.
+// AddIfNotPresent queues a copy of deltas (popped earlier) under key,
+// unless key is queued: then the newer queued deltas win. Empty deltas
+// queue nothing.
 func (f *DeltaFIFO[K, T]) AddIfNotPresent(key K, deltas Deltas[T]) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -18,24 +18,15 @@ type fifoListing[T any] struct {
 	chunks    [][]T
 }
 
-// Replace records a relist: list is the whole content of the source as of
-// resourceVersion (which the queue does not use).
-//
-// It queues a Sync delta (Replaced with EmitDeltaTypeReplaced) for each
-// listed object. Then it queues a tombstone (a Deleted delta with
-// Tombstone set) for every key it holds that the list lacks, carrying the
-// key's newest queued object, and, with KnownObjects, for every known key
-// that the list lacks and that is not queued, carrying the known object:
-// those objects left the source while nobody watched. A tombstone that
-// follows a queued deletion is dropped, as the deletion already says it;
-// of two real deletions in a row the newer is kept (client-go keeps the
-// older), so the consumer learns the latest state the source reported.
-//
-// Objects whose key cannot be computed are skipped. An object whose
-// transform fails is skipped too, but its key counts as listed, so it gets
-// no tombstone: it is still at the source. A key function or transformer
-// that panics counts as failing (see PanicError). Replace applies
-// everything else and returns the failures joined.
+// Replace records a relist: list is the source's whole content (the
+// version is not used). It queues a Sync delta (Replaced with
+// EmitDeltaTypeReplaced) for each listed object, then a tombstone for
+// every queued or known key the list lacks, carrying the last object the
+// queue knows; a tombstone right after a queued deletion is dropped. Of
+// two real deletions in a row the newer is kept (client-go keeps the
+// older). An object whose key or transform fails or panics is skipped (a
+// failed transform's key still counts as listed) and the failures are
+// returned joined.
 func (f *DeltaFIFO[K, T]) Replace(list []T, _ string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -213,11 +204,8 @@ func (f *DeltaFIFO[K, T]) knowsAnyLocked() bool {
 }
 
 // Resync queues a Sync delta, carrying the known object, for every key in
-// KnownObjects that has no pending deltas, so that consumers see every
-// object again periodically. A key with pending deltas is skipped: they
-// will reach the consumer anyway, and a Sync built from the known object,
-// which predates them, would come after them and roll the consumer back.
-// Without KnownObjects Resync does nothing. It always returns nil.
+// KnownObjects with no pending deltas (a Sync after them would roll the
+// consumer back). Without KnownObjects it does nothing. It returns nil.
 func (f *DeltaFIFO[K, T]) Resync() error {
 	if f.known == nil {
 		return nil

@@ -59,23 +59,13 @@ func (f *DeltaFIFO[K, T]) Len() int {
 }
 
 // Pop waits until a key is queued, removes the oldest and calls process
-// with it, its deltas (oldest first) and whether they belong to the
-// initial list (see HasSynced).
+// with it (see PopFunc). process runs with the queue's lock held, so it
+// must not call the queue and should be quick; the lock keeps the
+// consumer's cache (KnownObjects) in step with the queue.
 //
-// process runs with the queue's lock held, so it must not call the
-// queue's methods, and it should be quick: producers wait for it. The
-// lock is what keeps a consumer's cache (the KnownObjects) in step with
-// the queue: a Replace, Resync or Delete consulting the cache cannot run
-// between the pop of a key and the cache update that process makes for
-// it, which would, for example, make a relist miss a deletion.
-//
-// If process returns an error wrapping ErrRequeue, the deltas are queued
-// again, at the back. The rule is AddIfNotPresent's (newer deltas queued
-// under the key meanwhile would win), but as process holds the lock,
-// nothing can have queued the key, so the deltas always go back. Pop
-// returns process's error; ctx.Err() if ctx is done (checked first, even
-// if keys are queued); or ErrClosed once the queue is closed and empty.
-// Keys queued before Close are still handed out.
+// If process returns an error wrapping ErrRequeue, the deltas go back at
+// the back of the queue. Pop returns process's error; ctx.Err() if ctx is
+// done (checked first); or ErrClosed once the queue is closed and empty.
 func (f *DeltaFIFO[K, T]) Pop(ctx context.Context, process PopFunc[K, T]) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -91,13 +81,9 @@ func (f *DeltaFIFO[K, T]) Pop(ctx context.Context, process PopFunc[K, T]) error 
 	return err
 }
 
-// PopBatch is Pop for up to maxKeys keys at once (maxKeys < 1 means 1):
-// it waits until a key is queued, removes up to maxKeys of the oldest and
-// calls process once with them, in queue order, with the lock held as Pop
-// does. batch is valid only until process returns (the queue reuses
-// it); the Deltas in it may be kept. If process returns an error wrapping
-// ErrRequeue, every key of the batch is queued again, in batch order,
-// under Pop's rule. PopBatch returns as Pop does.
+// PopBatch is Pop for up to maxKeys of the oldest keys at once (maxKeys
+// < 1 means 1), in queue order. batch is valid only until process returns;
+// the Deltas in it may be kept. ErrRequeue requeues the whole batch.
 func (f *DeltaFIFO[K, T]) PopBatch(ctx context.Context, maxKeys int, process func(batch []QueuedDeltas[K, T]) error) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -136,12 +122,10 @@ func (f *DeltaFIFO[K, T]) popLocked() (K, Deltas[T], bool) {
 }
 
 // HasSynced reports whether the queue has handed out its initial list:
-// every key queued when the first Replace returned (its listed objects and
-// its tombstones) has been popped, or, before any Replace, an Add or
-// Update queued a delta or Delete, DeleteKeyOnly, Evict or AddIfNotPresent
-// was called. A call that fails on its key, or an Add or Update whose
-// transform fails, does not count. Once true it stays true. It does not
-// take the lock.
+// every key queued by the first Replace (its tombstones included) has been
+// popped, or, before any Replace, a successful Add, Update, Delete,
+// DeleteKeyOnly, Evict or AddIfNotPresent came first. Once true it stays
+// true. It does not take the lock.
 func (f *DeltaFIFO[K, T]) HasSynced() bool { return f.initial.synced.Load() }
 
 // processedInitial is HasSynced read under the queue's lock. Pop and
@@ -154,9 +138,8 @@ func (f *DeltaFIFO[K, T]) processedInitial() bool {
 	return f.initial.synced.Load()
 }
 
-// Close wakes every Pop and PopBatch waiting on an empty queue; from then
-// on they hand out what is still queued and then return ErrClosed.
-// Producers may still add; their deltas are popped too.
+// Close makes Pop and PopBatch return ErrClosed once the queue is empty.
+// Producers may still add.
 func (f *DeltaFIFO[K, T]) Close() { f.close() }
 
 // IsClosed reports whether Close was called.

@@ -13,19 +13,17 @@ var (
 	// ErrClosed is returned by Pop and PopBatch once the queue is closed.
 	ErrClosed = errors.New("mirror: queue closed")
 
-	// ErrRequeue, returned (or wrapped) by a Pop process function, asks the
-	// queue to put the popped item back unless its key was queued again
-	// meanwhile. Pop then returns the process function's error.
+	// ErrRequeue, wrapped in a Pop process function's error, asks the
+	// queue to put the popped item back; Pop returns that error.
 	ErrRequeue = errors.New("mirror: requeue")
 )
 
-// KeyError reports that a key function failed for an object. The object is
-// skipped; nothing else changes. Its message names the object's type and
-// size, never its contents (see Object).
+// KeyError reports that a key function failed for an object, which is
+// skipped. Its message names the object's type and size, never its
+// contents.
 type KeyError struct {
-	// Object is the object whose key could not be computed. It is kept
-	// for callers who look into it (errors.As), and left out of Error:
-	// an object may be large, or hold secrets.
+	// Object is the object whose key could not be computed; Error leaves
+	// it out.
 	Object any
 	// Err is the key function's error, or a *PanicError if it panicked.
 	Err error
@@ -39,10 +37,9 @@ func (e *KeyError) Error() string {
 // Unwrap returns the key function's error.
 func (e *KeyError) Unwrap() error { return e.Err }
 
-// KeyFunc computes the key of an object. Keys identify objects across
-// versions, so a key function must depend only on an object's identity
-// (its name, its etcd key), never on its contents. A key function that
-// fails or panics on an object (see PanicError) fails that object only.
+// KeyFunc computes the key of an object. It must depend only on the
+// object's identity (its name, its etcd key), never on its contents. One
+// that fails or panics on an object fails that object only.
 type KeyFunc[K comparable, T any] func(obj T) (K, error)
 
 // keyOf applies f and wraps a failure in a *KeyError.

@@ -8,15 +8,10 @@ import (
 	"sync/atomic"
 )
 
-// FIFO is a queue that keeps the latest value of each key: an object
-// updated several times before it is popped is popped once, with its newest
-// value. Keys are popped in the order they were first queued. An object
-// deleted before it is popped is never popped.
-//
-// Use FIFO when the consumer only needs the current state of each object;
-// use DeltaFIFO when it needs every change, deletions included.
-//
-// A FIFO must be created with NewFIFO. It is safe for concurrent use.
+// FIFO is a queue that keeps the latest value of each key, as client-go's
+// FIFO: a key is popped once, with its newest value, in order of first
+// arrival; a deleted object is never popped. Create it with NewFIFO; it
+// is safe for concurrent use.
 type FIFO[K comparable, T any] struct {
 	queueBase
 
@@ -34,8 +29,8 @@ type fifoItem[T any] struct {
 	deleted bool
 }
 
-// NewFIFO returns an empty FIFO that keys objects with keyFunc.
-// It panics if keyFunc is nil: that is a programming error, not bad data.
+// NewFIFO returns an empty FIFO that keys objects with keyFunc. It panics
+// if keyFunc is nil.
 func NewFIFO[K comparable, T any](keyFunc KeyFunc[K, T]) *FIFO[K, T] {
 	if keyFunc == nil {
 		panic("mirror: NewFIFO with a nil KeyFunc")
@@ -47,20 +42,15 @@ func NewFIFO[K comparable, T any](keyFunc KeyFunc[K, T]) *FIFO[K, T] {
 
 var _ Store[string, int] = (*FIFO[string, int])(nil)
 
-// Add stores obj as the value of its key, replacing any value not yet
-// popped, and queues the key if it is not queued. A key that stays queued
-// keeps its place. If the key function fails or panics (see PanicError),
-// Add returns a *KeyError and changes nothing.
+// Add stores obj as the value of its key and queues the key if it is not
+// queued. If the key function fails or panics, it returns a *KeyError and
+// changes nothing.
 func (f *FIFO[K, T]) Add(obj T) error { return f.put(obj, true) }
 
 // Update is Add: a FIFO does not tell new objects from changed ones.
 func (f *FIFO[K, T]) Update(obj T) error { return f.Add(obj) }
 
-// AddIfNotPresent stores obj and queues its key only if no value is
-// stored under that key; it never overwrites a value. A consumer uses it
-// to put back an object it failed to process without clobbering a newer
-// value a producer stored meanwhile. If the key function fails it returns
-// a *KeyError and changes nothing.
+// AddIfNotPresent is Add, except that it never overwrites a stored value.
 func (f *FIFO[K, T]) AddIfNotPresent(obj T) error { return f.put(obj, false) }
 
 func (f *FIFO[K, T]) put(obj T, overwrite bool) (err error) {
@@ -93,8 +83,7 @@ func (f *FIFO[K, T]) putLocked(key K, obj T, overwrite bool) {
 }
 
 // Delete removes the value stored under obj's key, so that it is not
-// popped. Deleting a key with no value does nothing. If the key function
-// fails or panics, Delete returns a *KeyError and changes nothing.
+// popped. If the key function fails or panics, it returns a *KeyError.
 func (f *FIFO[K, T]) Delete(obj T) (err error) {
 	inKey, locked := true, false
 	defer settleKey(&f.queueBase, &inKey, &locked, obj, &err)
@@ -115,13 +104,11 @@ func (f *FIFO[K, T]) Delete(obj T) (err error) {
 	return nil
 }
 
-// Replace makes list the whole content of the queue. Keys that were queued
-// and are listed keep their place; listed keys that were not queued are
-// queued after them, in list order; every other key is dropped. Of
-// several objects with the same key the last wins. Objects whose key
-// cannot be computed (the key function fails or panics) are skipped;
-// Replace applies the rest and returns the errors joined (each a
-// *KeyError). The version is not used.
+// Replace makes list the whole content of the queue: listed keys already
+// queued keep their place, others follow in list order, the rest are
+// dropped. Of several objects with one key the last wins. Objects whose
+// key cannot be computed are skipped and their *KeyErrors returned
+// joined. The version is not used.
 func (f *FIFO[K, T]) Replace(list []T, _ string) error {
 	l := fifoList[K, T]{vals: make(map[K]T, len(list))}
 	f.mu.Lock()
@@ -190,14 +177,10 @@ func (f *FIFO[K, T]) keysLocked(l *fifoList[K, T], list []T, n int) (next int) {
 	return next
 }
 
-// Resync queues every stored key that is not queued. A FIFO keeps a value
-// only until it is popped, so every stored key is queued already and
-// Resync has nothing to do; it exists so that FIFO satisfies
-// ReflectorStore, and always returns nil.
+// Resync does nothing and returns nil: every stored key is queued.
 func (f *FIFO[K, T]) Resync() error { return nil }
 
-// Get returns the value stored under obj's key, if any. If the key
-// function fails or panics it returns a *KeyError.
+// Get returns the value stored under obj's key, or a *KeyError.
 func (f *FIFO[K, T]) Get(obj T) (T, bool, error) {
 	key, err := keyOfGuarded(f.keyFunc, obj)
 	if err != nil {
@@ -231,8 +214,7 @@ func (f *FIFO[K, T]) List() []T {
 	return list
 }
 
-// ListKeys returns the key of every stored value, in the order they will
-// be popped.
+// ListKeys is List for the keys.
 func (f *FIFO[K, T]) ListKeys() []K {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -243,9 +225,8 @@ func (f *FIFO[K, T]) ListKeys() []K {
 	return keys
 }
 
-// All yields every key and stored value, in the order they will be
-// popped. It holds the FIFO's lock while it yields, so the loop body must
-// not call the FIFO's methods.
+// All yields every key and stored value in pop order, holding the lock:
+// the loop body must not call the FIFO.
 func (f *FIFO[K, T]) All() iter.Seq2[K, T] {
 	return func(yield func(K, T) bool) {
 		f.mu.Lock()
@@ -278,15 +259,10 @@ func (f *FIFO[K, T]) Len() int {
 
 // Pop waits until a value is queued, removes the oldest and calls process
 // with its key, the value, and whether it belongs to the initial list (see
-// HasSynced). process runs with the FIFO's lock held, so producers wait
-// until it returns; process must therefore not call the FIFO's methods.
-//
-// If process returns an error wrapping ErrRequeue, the value is queued
-// again, at the back. The rule is AddIfNotPresent's (a newer value stored
-// meanwhile would win), but as process holds the lock, nothing can have
-// stored one, so the value always goes back. Pop returns process's error, ctx.Err() if ctx is done (checked first,
-// even if values are queued), or ErrClosed once the FIFO is closed and
-// empty. Values queued before Close are still handed out.
+// HasSynced). process runs with the lock held and must not call the FIFO.
+// An error wrapping ErrRequeue puts the value back at the back. Pop
+// returns process's error; ctx.Err() if ctx is done (checked first); or
+// ErrClosed once the FIFO is closed and empty.
 func (f *FIFO[K, T]) Pop(ctx context.Context, process func(key K, obj T, isInInitialList bool) error) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -311,13 +287,12 @@ func (f *FIFO[K, T]) Pop(ctx context.Context, process func(key K, obj T, isInIni
 
 // HasSynced reports whether the FIFO has handed out its initial content:
 // every key queued by the first Replace has been popped (deleted ones
-// count), or Add, Update, Delete or AddIfNotPresent was called before
-// any Replace. Once true it stays true. It does not take the lock.
+// count), or Add, Update, Delete or AddIfNotPresent came first. Once true
+// it stays true. It does not take the lock.
 func (f *FIFO[K, T]) HasSynced() bool { return f.initial.synced.Load() }
 
-// Close wakes every Pop waiting on an empty FIFO; from then on Pop hands
-// out what is still queued and then returns ErrClosed. Producers may still
-// add; their values are popped too.
+// Close makes Pop return ErrClosed once the FIFO is empty. Producers may
+// still add.
 func (f *FIFO[K, T]) Close() { f.close() }
 
 // IsClosed reports whether Close was called.

@@ -6,12 +6,9 @@ import (
 	"slices"
 )
 
-// IndexFunc computes the values under which an object is indexed, such as
-// its namespace or its labels. It may return any number of values, including
-// none. It must depend only on obj's value: when an object is replaced or
-// deleted, the Indexer calls it again on the stored object to find the
-// entries to remove. One that fails or panics on an object (see
-// PanicError) fails that object only.
+// IndexFunc computes the values, any number, under which an object is
+// indexed. It must depend only on obj's value. One that fails or panics on
+// an object fails that object only.
 type IndexFunc[T any] func(obj T) ([]string, error)
 
 // Indexers names index functions. A nil function indexes no object.
@@ -21,20 +18,16 @@ type Indexers[T any] map[string]IndexFunc[T]
 // names an index that does not exist.
 var ErrUnknownIndex = errors.New("mirror: unknown index")
 
-// IndexError reports that an index function failed for an object. The
-// Indexer is left as it was: an Add is not applied, an Update keeps the old
-// value, and the indexes stay consistent with the stored objects. Its
-// message names the object's key, type and size, never its contents (see
-// Object).
+// IndexError reports that an index function failed for an object; the
+// Indexer is left as it was. Its message names the object's key, type and
+// size, never its contents.
 type IndexError struct {
 	// Index is the name of the index whose function failed.
 	Index string
 	// Key is the object's key, or nil where it is not known (Index is
 	// called with an object, not a key).
 	Key any
-	// Object is the object it failed for. It is kept for callers who
-	// look into it (errors.As), and left out of Error: an object may be
-	// large, or hold secrets.
+	// Object is the object it failed for; Error leaves it out.
 	Object any
 	// Err is the index function's error, or a *PanicError if it
 	// panicked.

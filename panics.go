@@ -5,26 +5,16 @@ import (
 	"runtime/debug"
 )
 
-// PanicError reports a panic in a user function that was recovered: a
-// key, index or transform function, SameObject or ResourceVersion (see
-// InformerOptions), a checkpoint's Codec, a source's decode function, or
-// an event handler (in a *HandlerPanicError).
+// PanicError reports a recovered panic in a user function: a key, index
+// or transform function, an InformerOptions callback, a Codec, a source's
+// decode function, or an event handler (in a *HandlerPanicError). The
+// panic is that object's failure, handled as the function's error would
+// be; errors.As finds the *PanicError in the error reported. A function
+// called again on an object it accepted before is not guarded.
 //
-// A function called on an object does not crash the process: the panic is
-// that object's failure, reported as the function's error would be, and
-// the object is skipped as it would be for that error. The *PanicError is
-// the Err of a *KeyError or an *IndexError, or is wrapped, with the name
-// of the function, in an *ObjectError or a transform's error; either way
-// the error names the object, and errors.As finds the *PanicError. A
-// function called again on an object it accepted before (a key function
-// on a stored object, an index function to find a stored object's index
-// entries) is not guarded: it did not panic on that object then, and one
-// that depends only on its argument, as these must, does not panic now.
-//
-// Its message gives the panic's value only if that is a string or an
-// error (cut to a bounded length, as it may embed an object) or a number;
-// a value of another type, which may be the object itself, is named by
-// its type and size.
+// Its message gives the panic's value only if that is a string, an error
+// (cut to a bounded length) or a number; any other value is named by its
+// type and size.
 type PanicError struct {
 	// Value is the value the function panicked with.
 	Value any

@@ -4,13 +4,8 @@ import (
 	"iter"
 )
 
-// Reader is the read side of a mirror's cache: what code that only looks
-// at the mirrored objects needs. Informer and Indexer implement it. Pass a
-// Reader rather than an Informer to code that must not register handlers
-// or run the informer, and fake it in that code's tests.
-//
-// Objects a Reader returns are shared with the cache and other readers:
-// they must not be modified.
+// Reader is the read side of a mirror's cache; Informer and Indexer
+// implement it. Objects it returns are shared and must not be modified.
 type Reader[K comparable, T any] interface {
 	// GetByKey returns the object cached under key.
 	GetByKey(key K) (item T, exists bool)
@@ -22,23 +17,20 @@ type Reader[K comparable, T any] interface {
 	// ListKeys returns every cached key, in no particular order.
 	ListKeys() []K
 	// All yields every cached key and object, in no particular order,
-	// without copying them first and without holding a lock while the
-	// loop body runs.
+	// without holding a lock while the loop body runs.
 	All() iter.Seq2[K, T]
 	// Len returns the number of cached objects.
 	Len() int
-	// ByIndex returns the cached objects that have indexedValue among
-	// their values for the named index, or an error wrapping
-	// ErrUnknownIndex if there is no such index.
+	// ByIndex returns the cached objects indexed under indexedValue by
+	// the named index, or an error wrapping ErrUnknownIndex.
 	ByIndex(indexName, indexedValue string) ([]T, error)
 	// IndexKeys is ByIndex returning the objects' keys.
 	IndexKeys(indexName, indexedValue string) ([]K, error)
 	// ByIndexAll is ByIndex as an iterator, like All; it yields nothing
 	// for an unknown index.
 	ByIndexAll(indexName, indexedValue string) iter.Seq2[K, T]
-	// ListIndexFuncValues returns every value of the named index under
-	// which at least one object is cached, or nil if there is no such
-	// index.
+	// ListIndexFuncValues returns every value of the named index that
+	// holds an object, or nil if there is no such index.
 	ListIndexFuncValues(indexName string) []string
 }
 
@@ -59,10 +51,7 @@ func (inf *Informer[K, T]) List() []T { return inf.cache.List() }
 // ListKeys returns every cached key, in no particular order.
 func (inf *Informer[K, T]) ListKeys() []K { return inf.cache.ListKeys() }
 
-// All yields every cached key and object, in no particular order. No lock
-// is held while the loop body runs, so it may take its time and call the
-// informer; a key added or removed meanwhile may or may not be yielded,
-// every other key is yielded once (see Indexer.All).
+// All yields every cached key and object, as Indexer.All does.
 func (inf *Informer[K, T]) All() iter.Seq2[K, T] { return inf.cache.All() }
 
 // Len returns the number of cached objects.
@@ -81,14 +70,12 @@ func (inf *Informer[K, T]) IndexKeys(indexName, indexedValue string) ([]K, error
 }
 
 // IndexLen returns how many cached objects have the value indexedValue
-// for the index indexName, or 0 if there is no such index (see
-// Indexer.IndexLen).
+// for the index indexName, or 0 if there is no such index.
 func (inf *Informer[K, T]) IndexLen(indexName, indexedValue string) int {
 	return inf.cache.IndexLen(indexName, indexedValue)
 }
 
-// ByIndexAll yields the cached keys and objects whose index indexName has
-// the value indexedValue, like All (see Indexer.ByIndexAll).
+// ByIndexAll is ByIndex as an iterator, as Indexer.ByIndexAll.
 func (inf *Informer[K, T]) ByIndexAll(indexName, indexedValue string) iter.Seq2[K, T] {
 	return inf.cache.ByIndexAll(indexName, indexedValue)
 }
@@ -99,12 +86,8 @@ func (inf *Informer[K, T]) ListIndexFuncValues(indexName string) []string {
 	return inf.cache.ListIndexFuncValues(indexName)
 }
 
-// AddIndexers adds indexes to the cache and indexes every cached object
-// under them; it may be called while the informer runs. It fails, and
-// changes nothing, if a name is in use or, with an *IndexError, if an
-// index function fails for a cached object. It blocks the informer's
-// writes and the cache's readers while it indexes (see
-// Indexer.AddIndexers).
+// AddIndexers adds indexes to the cache, as Indexer.AddIndexers; it may
+// be called while the informer runs.
 func (inf *Informer[K, T]) AddIndexers(indexers Indexers[T]) error {
 	return inf.cache.AddIndexers(indexers)
 }

@@ -21,9 +21,8 @@ const (
 	defaultStreamStall    = 10 * time.Second
 )
 
-// ReflectorOptions configures a Reflector used on its own; an Informer
-// makes its Reflector from InformerOptions. The zero value gives the
-// defaults described on each field.
+// ReflectorOptions configures a Reflector used on its own. The zero value
+// gives the defaults described on each field.
 type ReflectorOptions struct {
 	// Name identifies the Reflector in logs and in the errors it reports.
 	Name string
@@ -32,97 +31,61 @@ type ReflectorOptions struct {
 	// while it watches; 0 or less means never.
 	ResyncPeriod time.Duration
 
-	// ShouldResync, if set, is asked before every periodic resync, which
-	// happens only if it returns true. It is called from a goroutine of
-	// its own; nil means always resync.
+	// ShouldResync, if set, is asked before every periodic resync, from a
+	// goroutine of its own; nil means always resync.
 	ShouldResync func() bool
 
-	// ErrorHandler is called with every failure: List and Watch errors,
-	// watches that end with an error or too soon, objects the source
-	// skipped (ListResult.Skipped, EventError events; usually
-	// *ObjectError, each state of each object reported once however many
-	// relists meet it again) and errors from the store (such as
-	// *KeyError). Each error says what the Reflector was doing and wraps
-	// the cause, so errors.Is and errors.As classify it; a failed watch's
-	// error also names the version it reached and says what the Reflector
-	// does next. An object an EventError evicts is reported before the
-	// store drops it. Calls are never concurrent, but they may come from
-	// different goroutines, so the handler must return quickly. nil means
-	// logging each error at level Warn through Logger, but an error
-	// identical to one logged in the last minute only as a count the next
-	// time it is logged.
+	// ErrorHandler is called with every failure (list, watch, skipped
+	// object, store error), each wrapping its cause. nil means logging at
+	// Warn through Logger, repeats within a minute as a count. Calls are
+	// never concurrent and must return quickly.
 	ErrorHandler func(err error)
 
-	// Logger receives the Reflector's logs; nil means slog.Default(). To
-	// silence them, pass slog.New(slog.DiscardHandler).
+	// Logger receives the Reflector's logs; nil means slog.Default().
 	Logger *slog.Logger
 
 	// ListWatch tunes how the source is listed and watched.
 	ListWatch ListWatchOptions
 }
 
-// ListWatchOptions tunes how a Reflector lists and watches its source:
-// page size, streaming lists and their stall bound, watch timeout and the
-// backoff between retries. It is a field of both ReflectorOptions and InformerOptions;
-// the zero value gives the defaults described on each field.
+// ListWatchOptions tunes how a Reflector lists, watches and retries. The
+// zero value gives the defaults described on each field.
 type ListWatchOptions struct {
 	// PageSize is the most objects one List call asks for, and a hint
-	// for the size of a chunk from a ChunkLister; 0 or less means 5000.
-	// Larger pages mean fewer requests and, from a source that counts the
-	// rest of the list on every page as etcd does, far less work for the
-	// source: in test/etcd's BenchmarkPagedSync, an informer synced 100k
-	// keys from etcd about 3 times as fast with pages of 5000 as with
-	// pages of 500, client-go's size; pages of 20000 gained about a third
-	// more. A page is held whole while it is read, so very large objects
-	// may call for smaller pages.
+	// for a ChunkLister's chunk size; 0 or less means 5000 (client-go's
+	// is 500). A page is held whole while it is read.
 	PageSize int64
 
-	// StreamingList makes the Reflector get the initial state from a
-	// streaming list (a Watch with SendInitialEvents) and keep watching on
-	// the same stream. If the source answers with an error wrapping
-	// errors.ErrUnsupported, the Reflector uses List from then on. False
-	// leaves the choice to the source: one that implements
-	// StreamingListPreferrer and prefers them gets streaming lists too.
+	// StreamingList makes the Reflector list with a streaming list (a
+	// Watch with SendInitialEvents) and keep watching on that stream; a
+	// source that answers errors.ErrUnsupported gets List from then on.
+	// False leaves the choice to a StreamingListPreferrer source.
 	StreamingList bool
 
 	// StreamingListStall is how long a streaming list may go without an
-	// event before the bookmark that ends its initial events. A stream
-	// silent that long is taken for one whose end will never come (some
-	// servers leave that bookmark out): the Reflector reports it, and
-	// uses List from then on, as it does for a source that cannot stream
-	// lists. So does a change event (Modified, Deleted) before the end,
-	// which says the same. The check runs every StreamingListStall, so a
-	// stall is found between one and two of them after the last event.
-	// A source sends its initial events as fast as they are read, so a
-	// pause between them is short even for a large list, and each event
-	// starts the count again. 0 or less means 10s.
+	// event before its closing bookmark (0 or less means 10s); a stalled
+	// stream, or a change event before the bookmark, is reported and the
+	// Reflector uses List from then on.
 	StreamingListStall time.Duration
 
 	// WatchTimeout is the least time a watch is asked to last: each Watch
-	// call asks for a random timeout in [WatchTimeout, 2*WatchTimeout),
-	// which renews watches regularly and spreads the renewals of many
-	// clients over time. 0 or less means 5 minutes.
+	// asks for a random timeout in [WatchTimeout, 2*WatchTimeout). 0 or
+	// less means 5 minutes.
 	WatchTimeout time.Duration
 
 	// InitialBackoff and MaxBackoff bound the pause before a retry: it
 	// starts at InitialBackoff and doubles after every failure up to
-	// MaxBackoff. A pause counts from the start of the attempt that
-	// failed, so an attempt that spent a while waiting on the source (a
-	// watch that waited for its connection to come back) is followed by
-	// a shorter pause or none: retries stay spaced by the backoff, and a
-	// source that comes back is found without waiting out pauses owed to
-	// earlier failures. 0 or less means 800ms and 30s.
+	// MaxBackoff, counted from the start of the attempt that failed. 0 or
+	// less means 800ms and 30s.
 	InitialBackoff, MaxBackoff time.Duration
 
 	// BackoffReset is how long the source must work, after a pause, for
-	// the next pause to start again from InitialBackoff. A watch that
-	// delivers an event or a bookmark resets the pauses at once. 0 or
-	// less means 2 minutes.
+	// the next pause to start again from InitialBackoff, or any event or
+	// bookmark. 0 or less means 2 minutes.
 	BackoffReset time.Duration
 
-	// Jitter lengthens each pause d by a random amount in [0, Jitter*d),
-	// so that clients that failed together do not retry together. 0 means
-	// 1.0 (a pause lies in [d, 2d)); a negative value turns jitter off.
+	// Jitter lengthens each pause d by a random amount in [0, Jitter*d).
+	// 0 means 1.0; a negative value turns jitter off.
 	Jitter float64
 }
 
@@ -154,31 +117,21 @@ func (o ListWatchOptions) withDefaults() ListWatchOptions {
 
 // ReflectorStats counts what a Reflector did since its Run started.
 type ReflectorStats struct {
-	// Lists counts the lists that completed (a List through all its pages,
-	// or a streaming list up to its closing bookmark) and were handed to
-	// the store.
+	// Lists counts the completed lists handed to the store.
 	Lists int64
-	// Relists counts the completed lists after the first: Lists-1 once
-	// there was one. RelistsExpired counts those made because the source
-	// no longer had the version to watch from (ErrExpired,
-	// ErrTooLargeResourceVersion), RelistsAfterError those made after a
-	// watch failed in another way.
+	// Relists counts completed lists after the first, by cause: the
+	// version gone, or another watch failure.
 	Relists, RelistsExpired, RelistsAfterError int64
 	// Watches counts the watch streams opened, streaming lists included.
 	Watches int64
-	// WatchRestarts counts the watches opened from the last version seen
-	// without a relist, by why the watch before ended: normally
-	// (RestartsClosed, a timeout say), in under a second without an event
-	// (RestartsShort), or because the source was unavailable
-	// (RestartsUnavailable).
+	// WatchRestarts counts watches reopened from the last version without
+	// a relist, by why the previous one ended: normally, too soon without
+	// an event, or the source unavailable.
 	WatchRestarts, RestartsClosed, RestartsShort, RestartsUnavailable int64
-	// Events counts the watch events received, of every type, including
-	// the initial events of streaming lists.
+	// Events counts the watch events received, of every type.
 	Events int64
 	// Errors counts the errors reported to ErrorHandler; the others count
-	// them by kind: failed lists (ListErrors), failed or ended watches
-	// (WatchErrors), objects the source could not produce (Skipped),
-	// objects or lists the store refused (StoreErrors).
+	// them by kind.
 	Errors, ListErrors, WatchErrors, Skipped, StoreErrors int64
 }
 
@@ -191,36 +144,21 @@ type reflectorCounters struct {
 	errors, listErrors, watchErrors, skipped, storeErrors atomic.Int64
 }
 
-// Reflector mirrors a ListWatcher into a ReflectorStore. It lists the
-// source and hands the list to the store's Replace, then watches the
-// changes after the list's version and applies them in order: EventAdded
-// as Add, EventModified as Update, EventDeleted as Delete (or, if the
-// event is KeyOnly, as DeleteKeyOnly on a store that is a KeyOnlyDeleter);
-// a bookmark only moves the version on; an EventError is reported and, if
-// it names an object (KeyOnly), evicts that object (see Evicter). What
-// follows the end of a watch depends on why it ended:
+// Reflector mirrors a ListWatcher into a ReflectorStore, as client-go's
+// Reflector: it lists into the store's Replace, then watches from the
+// list's version and applies events in order. After a watch ends:
 //
-//   - normally (io.EOF): a watch from the last version seen, at once;
-//     but a watch that lasted under a second without any event is
-//     reported as a very short watch and followed by a pause;
-//   - the source is unavailable (ErrUnavailable): a pause, then a watch
-//     from the last version seen, without a relist;
-//   - the version is gone (ErrExpired, ErrTooLargeResourceVersion): a
-//     relist at once, or after a pause if the previous relist had the
-//     same cause and no event came in since;
+//   - normally: a new watch from the last version, at once; one that
+//     lasted under a second without an event is a very short watch,
+//     reported and followed by a pause;
+//   - ErrUnavailable: a pause, then a watch from the last version;
+//   - ErrExpired or ErrTooLargeResourceVersion: a relist, after a pause
+//     only if the last relist had the same cause and no event since;
 //   - any other error: a pause, then a relist.
 //
-// A list asks for version "0" (any, possibly stale) the first time, for
-// the last version seen afterwards, so that the store never goes back in
-// time, and for "" (the newest, read consistently) once the source said
-// that a version is gone. Pauses grow exponentially with jitter and count
-// from the start of the attempt that failed (see ListWatchOptions). Every
-// failure is reported to the ErrorHandler; an object that the source or
-// the store could not take is reported and skipped, and the Reflector goes
-// on. Freshness says when the source last confirmed the store current.
-//
-// A Reflector is created by NewReflector. Its methods are safe for
-// concurrent use.
+// A list asks for version "0" first, the last version seen after that,
+// and "" once the source said a version is gone. Create it with
+// NewReflector; its methods are safe for concurrent use.
 type Reflector[T any] struct {
 	lw      ListWatcher[T]
 	store   ReflectorStore[T]
@@ -363,9 +301,7 @@ func (r *Reflector[T]) lastFailure() error {
 	return r.failure
 }
 
-// Stats returns the Reflector's counters. It is safe for concurrent use;
-// the counters are read one by one, so while Run is running they may come
-// from slightly different instants.
+// Stats returns the Reflector's counters, read one by one.
 func (r *Reflector[T]) Stats() ReflectorStats {
 	c := &r.stats
 	return ReflectorStats{
@@ -387,11 +323,9 @@ func (r *Reflector[T]) Stats() ReflectorStats {
 	}
 }
 
-// Run lists and watches until ctx is done, then returns once every
+// Run lists and watches until ctx is done, and returns once every
 // goroutine it started has stopped and it no longer uses the store. A
-// Reflector runs once, as an Informer does: a second call, whether the
-// first is still running or has returned, reports an error wrapping
-// ErrStarted and returns at once.
+// second call reports an error wrapping ErrStarted and returns at once.
 func (r *Reflector[T]) Run(ctx context.Context) {
 	if !r.started.CompareAndSwap(false, true) {
 		r.report(r.errorf("Run: %w", ErrStarted))

@@ -23,18 +23,16 @@ type Store[K comparable, T any] interface {
 	List() []T
 	// ListKeys returns every key, in no particular order.
 	ListKeys() []K
-	// All yields every key and object, in no particular order. The store
-	// may hold a read lock while it yields, so the loop body must not
-	// write to the store.
+	// All yields every key and object, in no particular order; the loop
+	// body must not write to the store.
 	All() iter.Seq2[K, T]
 	// Len returns the number of stored objects.
 	Len() int
 }
 
 // KnownObjects is what a DeltaFIFO consults to learn which objects exist
-// downstream of it (normally the informer's cache): a Delete of an unknown
-// key is dropped, a Replace makes tombstones for known keys it does not
-// list, and a Resync offers known objects again. *Indexer implements it.
+// downstream of it (see DeltaFIFOOptions.KnownObjects). *Indexer
+// implements it.
 type KnownObjects[K comparable, T any] interface {
 	// GetByKey returns the object known under key.
 	GetByKey(key K) (item T, exists bool)
@@ -43,34 +41,17 @@ type KnownObjects[K comparable, T any] interface {
 	All() iter.Seq2[K, T]
 }
 
-// Indexer is a thread-safe store of objects by key, with named secondary
-// indexes. It is the informer's cache, and it implements Store and
-// KnownObjects.
+// Indexer is a store of objects by key with named secondary indexes; it
+// is the informer's cache. Its methods are safe for concurrent use; create
+// it with NewIndexer.
 //
-// Objects are stored as given, not copied. An object must not be modified
-// once stored, nor when a query returns it: other goroutines may be reading
-// it, and the Indexer finds its index entries by calling the index
-// functions on it again. For the same reason, the key function must give a
-// stored object the same key every time it is called: the Indexer does not
-// store an object's key beside it, but computes it again when a lookup
-// meets the object or an iteration yields it. A key made of fields the
-// object holds (a struct of strings) costs nothing to compute; one built
-// by concatenation costs an allocation each time. Memory follows the
-// number of objects, down after deletes as well as up.
-//
-// Writers compute the new object's key and index values before they take
-// the Indexer's lock, so a failing index function cannot leave the indexes
-// half updated. Under the lock, readers and writers call the key function
-// on the stored objects a lookup meets, and writers call the index
-// functions only on the object being replaced or deleted, to find its
-// entries; AddIndexers is the exception and indexes every stored object
-// under the lock. A key or index function that panics on an object a
-// method is given fails that method as an error would (see PanicError);
-// one that panics on a stored object panics the method. Either way the
-// Indexer is left as it was.
-//
-// All methods are safe for concurrent use. The zero value is not usable;
-// create Indexers with NewIndexer.
+// Objects are stored as given, not copied, and must not be modified once
+// stored or returned; the key and index functions must give a stored
+// object the same results every time, as the Indexer calls them again on
+// stored objects rather than keeping their keys. A key or index function
+// that fails or panics on an object a method is given fails that method
+// (see PanicError); one that panics on a stored object panics the method.
+// Either way the Indexer is left as it was.
 type Indexer[K comparable, T any] struct {
 	keyFunc KeyFunc[K, T]
 	hash    hasher[K]
@@ -172,10 +153,9 @@ func newIndexer[K comparable, T any](keyFunc KeyFunc[K, T], indexers Indexers[T]
 	return i
 }
 
-// Add stores obj under its key, replacing any object stored there. It
-// returns a *KeyError or an *IndexError, and changes nothing, if the key
-// or an index value cannot be computed: if the key or an index function
-// fails or panics on obj (see PanicError).
+// Add stores obj under its key, replacing any object stored there. If the
+// key or an index value cannot be computed it returns a *KeyError or an
+// *IndexError and changes nothing.
 func (i *Indexer[K, T]) Add(obj T) error {
 	var noKey K
 	_, _, err := i.put(noKey, false, obj)
@@ -201,15 +181,10 @@ func (i *Indexer[K, T]) Delete(obj T) error {
 	return nil
 }
 
-// Set stores obj under key, replacing any object stored there, and returns
-// the object it replaced. It is for callers that already know the key. It
-// fails only if an index function fails for obj, or the key function or
-// an index function panics on it; it then returns an *IndexError or a
-// *KeyError and changes nothing.
-//
-// An object stored under a key other than its own (what the key function
-// gives for it) is kept apart, in an ordinary map, at the cost of storing
-// that key.
+// Set stores obj under key, replacing and returning any object stored
+// there. If an index function fails, or the key function panics, on obj,
+// it returns an *IndexError or a *KeyError and changes nothing. obj may be
+// stored under a key other than its own.
 func (i *Indexer[K, T]) Set(key K, obj T) (old T, existed bool, err error) {
 	return i.put(key, true, obj)
 }
@@ -314,15 +289,10 @@ func (i *Indexer[K, T]) DeleteKey(key K) (old T, existed bool) {
 	return i.contents.delete(i.defs.Load(), key)
 }
 
-// Replace makes list the whole content of the Indexer; resourceVersion is
-// not used. An object whose key or index values cannot be computed (the
-// key or an index function fails or panics on it) is skipped and the rest
-// are stored; Replace then returns the failures (*KeyError, *IndexError)
-// joined with errors.Join. When several objects in list have one key, the
-// last one wins.
-//
-// Replace builds the new content before taking the lock, so readers see
-// either the old content or the new, and are blocked only for the swap.
+// Replace makes list the whole content, atomically for readers;
+// resourceVersion is not used. Of several objects with one key the last
+// wins. An object whose key or index values cannot be computed is skipped,
+// and the failures are returned joined.
 func (i *Indexer[K, T]) Replace(list []T, resourceVersion string) error {
 	for {
 		defs := i.defs.Load()
@@ -379,8 +349,7 @@ func (i *Indexer[K, T]) fill(c *contents[K, T], defs *indexDefs[T], list []T, n 
 	return next
 }
 
-// Resync does nothing: an Indexer has no consumer to offer its content to.
-// It always returns nil.
+// Resync does nothing and returns nil.
 func (i *Indexer[K, T]) Resync() error { return nil }
 
 // Get returns the object stored under obj's key. It fails, with a
@@ -401,16 +370,14 @@ func (i *Indexer[K, T]) GetByKey(key K) (item T, exists bool) {
 	return i.contents.items.get(key)
 }
 
-// List returns every stored object, in no particular order, in a new slice
-// the caller owns.
+// List returns every stored object, in no particular order.
 func (i *Indexer[K, T]) List() []T {
 	i.mu.RLock()
 	defer i.mu.RUnlock()
 	return slices.AppendSeq(make([]T, 0, i.contents.items.len()), i.contents.items.values())
 }
 
-// ListKeys returns every key, in no particular order, in a new slice the
-// caller owns.
+// ListKeys returns every key, in no particular order.
 func (i *Indexer[K, T]) ListKeys() []K {
 	i.mu.RLock()
 	defer i.mu.RUnlock()
@@ -428,13 +395,10 @@ func (i *Indexer[K, T]) Len() int {
 	return i.contents.items.len()
 }
 
-// All yields every key with its object, in no particular order, without
-// copying the content first.
-//
-// The lock is not held while the loop body runs, so the body may call any
-// method, writes included. A key stored or removed during the iteration
-// may or may not be yielded; every other key is yielded exactly once, with
-// the object stored under it at some moment during the iteration.
+// All yields every key with its object, in no particular order. The lock
+// is not held while the loop body runs, so the body may call any method.
+// A key stored or removed meanwhile may or may not be yielded; every other
+// key is yielded once.
 func (i *Indexer[K, T]) All() iter.Seq2[K, T] {
 	return func(yield func(K, T) bool) {
 		i.mu.RLock()

@@ -19,9 +19,8 @@ func (i *Indexer[K, T]) indexLocked(name string) (int, index[K], error) {
 }
 
 // Index returns the objects that share at least one of obj's values for
-// the named index, each once, in no particular order. It fails with an
-// error wrapping ErrUnknownIndex if there is no such index, and with an
-// *IndexError if the index function fails or panics on obj.
+// the named index, each once. It fails wrapping ErrUnknownIndex if there is no
+// such index, or an *IndexError if the index function fails on obj.
 func (i *Indexer[K, T]) Index(indexName string, obj T) (list []T, err error) {
 	defs := i.defs.Load()
 	j := defs.lookup(indexName)
@@ -83,10 +82,8 @@ func (i *Indexer[K, T]) objectsLocked(keys map[K]struct{}) []T {
 	return list
 }
 
-// ByIndex returns the objects that have indexedValue among their values
-// for the named index, in no particular order, in a new slice the caller
-// owns. It fails with an error wrapping ErrUnknownIndex if there is no such
-// index.
+// ByIndex returns the objects indexed under indexedValue by the named
+// index. It fails wrapping ErrUnknownIndex if there is no such index.
 func (i *Indexer[K, T]) ByIndex(indexName, indexedValue string) ([]T, error) {
 	i.mu.RLock()
 	defer i.mu.RUnlock()
@@ -97,9 +94,7 @@ func (i *Indexer[K, T]) ByIndex(indexName, indexedValue string) ([]T, error) {
 	return i.objectsLocked(ix[indexedValue]), nil
 }
 
-// IndexKeys returns the keys of the objects that have indexedValue among
-// their values for the named index, in no particular order. It fails with
-// an error wrapping ErrUnknownIndex if there is no such index.
+// IndexKeys is ByIndex for the objects' keys.
 func (i *Indexer[K, T]) IndexKeys(indexName, indexedValue string) ([]K, error) {
 	i.mu.RLock()
 	defer i.mu.RUnlock()
@@ -115,10 +110,8 @@ func (i *Indexer[K, T]) IndexKeys(indexName, indexedValue string) ([]K, error) {
 	return keys, nil
 }
 
-// IndexLen returns how many objects have indexedValue among their values
-// for the named index, without copying them: a query that can be served
-// from several index values can start from the fewest. It returns 0 if
-// there is no such index.
+// IndexLen returns how many objects are indexed under indexedValue by the
+// named index, or 0 if there is no such index.
 func (i *Indexer[K, T]) IndexLen(indexName, indexedValue string) int {
 	i.mu.RLock()
 	defer i.mu.RUnlock()
@@ -129,14 +122,10 @@ func (i *Indexer[K, T]) IndexLen(indexName, indexedValue string) int {
 	return len(ix[indexedValue])
 }
 
-// ByIndexAll yields the keys and objects that have indexedValue among their
-// values for the named index, in no particular order, without copying them
-// first. If there is no such index it yields nothing; use ByIndex or
-// IndexKeys to tell an unknown index from an empty one.
-//
-// As with All, the lock is not held while the loop body runs. Every pair
-// yielded has indexedValue at the moment it is yielded; an object that
-// gains or loses the value during the iteration may or may not be yielded.
+// ByIndexAll yields the keys and objects indexed under indexedValue by
+// the named index, or nothing if there is no such index. As with All, the
+// lock is not held while the loop body runs; an object that gains or
+// loses the value meanwhile may or may not be yielded.
 func (i *Indexer[K, T]) ByIndexAll(indexName, indexedValue string) iter.Seq2[K, T] {
 	return func(yield func(K, T) bool) {
 		i.mu.RLock()
@@ -172,9 +161,8 @@ func (i *Indexer[K, T]) ByIndexAll(indexName, indexedValue string) iter.Seq2[K, 
 	}
 }
 
-// ListIndexFuncValues returns every value the named index holds at least
-// one object under, in no particular order. It returns nil if there is no
-// such index.
+// ListIndexFuncValues returns every value the named index holds an object
+// under, or nil if there is no such index.
 func (i *Indexer[K, T]) ListIndexFuncValues(indexName string) []string {
 	i.mu.RLock()
 	defer i.mu.RUnlock()
@@ -189,13 +177,9 @@ func (i *Indexer[K, T]) ListIndexFuncValues(indexName string) []string {
 	return vals
 }
 
-// AddIndexers adds indexes and indexes every stored object under them. It
-// fails, and changes nothing, if one of the names is already in use, or,
-// with an *IndexError, if an index function fails or panics on a stored
-// object.
-//
-// AddIndexers holds the Indexer's lock while it calls the index functions
-// on every stored object, so it blocks readers and writers for that time.
+// AddIndexers adds indexes and indexes every stored object under them,
+// holding the lock throughout. It fails, and changes nothing, if a name is
+// in use, or with an *IndexError if an index function fails on an object.
 func (i *Indexer[K, T]) AddIndexers(newIndexers Indexers[T]) (err error) {
 	var at calling
 	var added *indexDefs[T]

@@ -29,20 +29,11 @@ type snapshot[T any] struct {
 	items []item[T]
 }
 
-// List returns a page of the objects in key order. It implements
-// mirror.ListWatcher.
-//
-// The first page is at the current revision: opts.ResourceVersion "" and "0"
-// ask for it, and so does any revision up to the current one, since the
-// current state is not older than it; a revision beyond the current one fails
-// with an error wrapping mirror.ErrTooLargeResourceVersion. With a positive
-// opts.Limit, a page holds at most that many objects and, if more follow,
-// a Continue token for them. Every page of one list is at the revision of
-// the first, however the Source changed meanwhile; if that revision has been
-// compacted since, the continuation fails with an error wrapping
-// mirror.ErrExpired, and a token List did not make fails with one wrapping
-// ErrInvalid. List returns ctx.Err() if ctx is already done, and the error
-// set by FailNext while one is pending.
+// List returns a page of the objects in key order (see
+// mirror.ListWatcher). The first page is at the current revision; a
+// revision beyond it fails with mirror.ErrTooLargeResourceVersion. Later
+// pages are at the first's revision, failing with mirror.ErrExpired if it
+// was compacted since, and with ErrInvalid for a token List did not make.
 func (s *Source[T]) List(ctx context.Context, opts mirror.ListOptions) (mirror.ListResult[T], error) {
 	var res mirror.ListResult[T]
 	if err := ctx.Err(); err != nil {

@@ -43,11 +43,8 @@ type Options struct {
 
 // Source is an in-memory versioned source: a map from key to object with a
 // revision counter and a bounded history of changes. It implements
-// mirror.ListWatcher[T].
-//
-// A Source is safe for concurrent use. It stores objects as given and hands
-// the same values to lists and watches, so callers must not modify an object
-// after passing it to Put. The zero value is not usable; call New.
+// mirror.ListWatcher[T] and is safe for concurrent use. Objects are stored
+// as given and must not be modified after Put. Create it with New.
 type Source[T any] struct {
 	key mirror.KeyFunc[string, T]
 
@@ -65,12 +62,8 @@ type Source[T any] struct {
 	failErr error //
 }
 
-// New returns an empty Source at revision 1, as a new etcd cluster is: a
-// list of it reports version "1", a real position that a watch can start
-// from, whereas "0" would mean "from now" and lose the changes made in
-// between. key names an object, as an informer's KeyFunc does (the same
-// function can serve both); it must depend only on the object's identity,
-// never on its contents.
+// New returns an empty Source at revision 1, as a new etcd cluster is.
+// key names an object, as an informer's KeyFunc does.
 func New[T any](key mirror.KeyFunc[string, T], opts Options) *Source[T] {
 	limit := opts.HistoryLimit
 	if limit <= 0 {
@@ -85,11 +78,9 @@ func New[T any](key mirror.KeyFunc[string, T], opts Options) *Source[T] {
 	}
 }
 
-// Put creates or replaces the object with obj's key and returns the revision
-// of that change. Every call is a change, even if obj equals the stored
-// object. Open watches see it as EventAdded or EventModified. If the key
-// function fails or panics, Put changes nothing and returns a
-// *mirror.KeyError (whose Err is a *mirror.PanicError for a panic).
+// Put creates or replaces the object with obj's key and returns the
+// revision of that change; every call is a change. If the key function
+// fails or panics, Put changes nothing and returns a *mirror.KeyError.
 func (s *Source[T]) Put(obj T) (rev int64, err error) {
 	inKey, locked := true, false
 	defer func() {
@@ -121,9 +112,8 @@ func (s *Source[T]) Put(obj T) (rev int64, err error) {
 }
 
 // Delete removes the object stored under key and returns the revision of
-// that change and true. Open watches see it as EventDeleted carrying the
-// object's last state. If there is no such object, nothing changes and
-// Delete returns the current revision and false.
+// that change and true, or the current revision and false if there is no
+// such object.
 func (s *Source[T]) Delete(key string) (rev int64, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -186,22 +176,18 @@ func (s *Source[T]) Snapshot() map[string]T {
 	return m
 }
 
-// Compact forgets the changes up to and including rev (at most the current
-// revision). Afterwards, watches from a revision older than rev fail with an
-// error wrapping mirror.ErrExpired, and so do the continuations of paged
-// lists whose first page was older than rev and the Next of open watches
-// that had yet to read a change it forgot. Compacting to a revision already
-// compacted does nothing; a new Source counts as compacted up to its
-// revision, 1.
+// Compact forgets the changes up to and including rev (at most the
+// current revision). Afterwards, watches from an older revision, list
+// continuations at one, and open watches that had yet to read a forgotten
+// change fail with an error wrapping mirror.ErrExpired.
 func (s *Source[T]) Compact(rev int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.hist.compact(min(rev, s.rev))
 }
 
-// CutWatches ends every open watch, as a dropped connection would: their Next
-// returns an error wrapping mirror.ErrUnavailable, even if changes were still
-// to be delivered. Watches started later are not affected.
+// CutWatches ends every open watch, as a dropped connection would: their
+// Next returns an error wrapping mirror.ErrUnavailable.
 func (s *Source[T]) CutWatches() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -222,10 +208,8 @@ func (s *Source[T]) FailNext(n int, err error) {
 	}
 }
 
-// Bookmark sends an EventBookmark at the current revision to every open watch
-// that allowed bookmarks. A watch that is behind delivers it after the
-// changes up to that revision, so a bookmark never reports a version before
-// an event it precedes. Bookmarks not yet delivered merge into the newest.
+// Bookmark sends an EventBookmark at the current revision to every open
+// watch that allowed bookmarks, after the changes up to that revision.
 func (s *Source[T]) Bookmark() {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -12,31 +12,15 @@ import (
 	"github.com/listwatch/mirror"
 )
 
-// Watch starts a stream of the changes after opts.ResourceVersion. It
-// implements mirror.ListWatcher.
-//
-// opts.ResourceVersion "" and "0" mean the current revision. The stream
-// delivers every change with a later revision, in order, each event carrying
-// the change's revision; a delete carries the object's last state. A revision
-// beyond the current one is accepted: the stream waits for the Source to
-// reach it. A revision older than the compacted history fails here, with an
-// error wrapping mirror.ErrExpired.
-//
-// With opts.SendInitialEvents, the stream first sends the state at the start
-// revision as EventAdded events in key order, each carrying that revision,
-// then an EventBookmark with InitialEventsEnd set; a start revision beyond the
-// current one then fails with an error wrapping
-// mirror.ErrTooLargeResourceVersion. With opts.AllowBookmarks, the stream
-// also delivers the bookmarks made by Source.Bookmark. With a positive
-// opts.Timeout, the stream ends with io.EOF once that much time has passed.
-//
-// The stream has no queue of its own that could grow: it reads the Source's
-// history, a few dozen changes at a time, so a watcher that falls so far
-// behind that the changes it needs are compacted gets an error wrapping
-// mirror.ErrExpired from Next. It ends, and releases
-// all it holds, when it is stopped, when ctx is done (Next then returns
-// ctx.Err()), after a timeout, or at CutWatches. Watch returns ctx.Err() if
-// ctx is already done, and the error set by FailNext while one is pending.
+// Watch starts a stream of the changes after opts.ResourceVersion (see
+// mirror.ListWatcher); "" and "0" mean the current revision, a later one
+// is waited for, a compacted one fails with mirror.ErrExpired. A delete
+// carries the object's last state. With SendInitialEvents the stream
+// first sends the state in key order, then an EventBookmark with
+// InitialEventsEnd; a start revision beyond the current one then fails
+// with mirror.ErrTooLargeResourceVersion. The stream reads the Source's
+// history, so a watcher that falls behind compaction gets
+// mirror.ErrExpired from Next.
 func (s *Source[T]) Watch(ctx context.Context, opts mirror.WatchOptions) (mirror.Watcher[T], error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
