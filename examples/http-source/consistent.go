@@ -15,19 +15,19 @@ import (
 // confirm a watch's progress would implement mirror.ProgressRequester;
 // this one's long polls end with a bookmark soon enough without it.
 var (
-	_ mirror.VersionComparer  = (*source)(nil)
-	_ mirror.CurrentVersioner = (*source)(nil)
+	_ mirror.VersionComparer  = (*catalogSource)(nil)
+	_ mirror.CurrentVersioner = (*catalogSource)(nil)
 )
 
 // CompareVersions orders two of the catalog's revisions.
-func (s *source) CompareVersions(a, b string) (int, error) {
+func (s *catalogSource) CompareVersions(a, b string) (int, error) {
 	return mirror.CompareDecimalVersions(a, b)
 }
 
 // CurrentVersion returns the catalog's revision. The API has no cheaper
 // way to ask than listing every product; an API of one's own would offer
 // one (a HEAD request, a count).
-func (s *source) CurrentVersion(ctx context.Context) (string, error) {
+func (s *catalogSource) CurrentVersion(ctx context.Context) (string, error) {
 	var page productsPage
 	if err := s.get(ctx, "/products", nil, &page); err != nil {
 		return "", fmt.Errorf("catalog: current revision: %w", err)

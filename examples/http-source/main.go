@@ -56,7 +56,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	defer srv.Close()
 	wg.Go(func() { _ = srv.Serve(ln) })
 
-	inf := newInformer(&source{base: "http://" + ln.Addr().String(), client: &http.Client{}}, flags.Logger())
+	inf := newInformer(&catalogSource{base: "http://" + ln.Addr().String(), client: &http.Client{}}, flags.Logger())
 	ctx, stop := context.WithCancel(ctx)
 	defer stop() // first: the informer stops before the server closes
 	notes := make(chan string)

@@ -21,18 +21,18 @@ import (
 // version it starts from, in order; and errors say what the Reflector
 // should do next, by wrapping mirror.ErrExpired (relist),
 // mirror.ErrTooLargeResourceVersion or mirror.ErrUnavailable (retry).
-type source struct {
+type catalogSource struct {
 	base   string // the API's URL, such as "http://127.0.0.1:8080"
 	client *http.Client
 }
 
-var _ mirror.ListWatcher[Product] = (*source)(nil)
+var _ mirror.ListWatcher[Product] = (*catalogSource)(nil)
 
 // List returns every product in one page: the API has no paging, so
 // opts.Limit is ignored, as a Kubernetes API server ignores it when it
 // serves a list from its cache. The catalog is always current, so any
 // version asked for is served by the newest state.
-func (s *source) List(ctx context.Context, opts mirror.ListOptions) (mirror.ListResult[Product], error) {
+func (s *catalogSource) List(ctx context.Context, opts mirror.ListOptions) (mirror.ListResult[Product], error) {
 	var page productsPage
 	if err := s.get(ctx, "/products", nil, &page); err != nil {
 		return mirror.ListResult[Product]{}, fmt.Errorf("catalog: list: %w", err)
@@ -54,7 +54,7 @@ func (s *source) List(ctx context.Context, opts mirror.ListOptions) (mirror.List
 // "0": from now). It asks the API for them one long poll at a time, as
 // Next needs them; a poll that finds nothing becomes a bookmark, if
 // opts.AllowBookmarks. Streaming lists are not supported.
-func (s *source) Watch(ctx context.Context, opts mirror.WatchOptions) (mirror.Watcher[Product], error) {
+func (s *catalogSource) Watch(ctx context.Context, opts mirror.WatchOptions) (mirror.Watcher[Product], error) {
 	if opts.SendInitialEvents {
 		return nil, fmt.Errorf("catalog: streaming list: %w", errors.ErrUnsupported)
 	}
@@ -83,7 +83,7 @@ func (s *source) Watch(ctx context.Context, opts mirror.WatchOptions) (mirror.Wa
 // watcher is one watch: changes already received, and the revision to
 // ask for more after.
 type watcher struct {
-	s         *source
+	s         *catalogSource
 	ctx       context.Context // ends with Stop, the timeout or Watch's ctx
 	stop      context.CancelFunc
 	bookmarks bool
@@ -149,7 +149,7 @@ func (w *watcher) Stop() { w.stop() }
 
 // get fetches path with query and decodes the JSON answer into v. Its
 // errors are classified for the Reflector.
-func (s *source) get(ctx context.Context, path string, query url.Values, v any) error {
+func (s *catalogSource) get(ctx context.Context, path string, query url.Values, v any) error {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.base+path+"?"+query.Encode(), nil)
 	if err != nil {
 		return err

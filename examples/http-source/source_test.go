@@ -70,16 +70,16 @@ func (c *cuttable) Resume() {
 
 // serve starts a loopback HTTP server of h for the test and returns a
 // source reading it.
-func serve(t *testing.T, h http.Handler) *source {
+func serve(t *testing.T, h http.Handler) *catalogSource {
 	t.Helper()
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return &source{base: srv.URL, client: srv.Client()}
+	return &catalogSource{base: srv.URL, client: srv.Client()}
 }
 
 // startInformer runs an informer of src until the test ends and returns
 // the notifications of its handler, one line each, once it has synced.
-func startInformer(t *testing.T, src *source) (*mirror.Informer[string, Product], <-chan string) {
+func startInformer(t *testing.T, src *catalogSource) (*mirror.Informer[string, Product], <-chan string) {
 	t.Helper()
 	inf := newInformer(src, nil)
 	notes := make(chan string, 100)
@@ -190,7 +190,7 @@ func TestSource_ErrorsAreClassified(t *testing.T) {
 
 	srv := httptest.NewServer(cat)
 	srv.Close()
-	_, err = (&source{base: srv.URL, client: http.DefaultClient}).List(ctx, mirror.ListOptions{})
+	_, err = (&catalogSource{base: srv.URL, client: http.DefaultClient}).List(ctx, mirror.ListOptions{})
 	require.ErrorIs(t, err, mirror.ErrUnavailable, "a refused connection")
 }
 
