@@ -14,7 +14,7 @@ import (
 	"github.com/listwatch/mirror"
 )
 
-// source is a mirror.ListWatcher of the catalog's products, through its
+// catalogSource is a mirror.ListWatcher of the catalog's products, through its
 // HTTP API: the part of this example to copy for a source of one's own.
 // What it must get right is the contract: versions are the catalog's
 // revisions, as decimal strings; a watch reports every change after the
