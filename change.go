@@ -14,7 +14,7 @@ type Origin uint8
 const (
 	// OriginLive is a change a watch event brought: an addition, update
 	// or deletion, an object evicted because its state cannot be
-	// represented (with the in-order queue; see OriginRelist), and the
+	// represented, and the
 	// deletion and addition of a key that a watch event shows naming
 	// another object (see InformerOptions.SameObject).
 	OriginLive Origin = iota + 1
@@ -29,9 +29,7 @@ const (
 	// deletions it infers (finalStateUnknown), and the deletion and
 	// addition of a key it finds naming another object. Such changes
 	// happened while the informer was not watching, so they may be
-	// older than they look. With the DeltaFIFO queue, whose deletions
-	// inferred by a list and evictions look alike, an eviction brought
-	// by a watch event is reported with this origin too.
+	// older than they look.
 	OriginRelist
 	// OriginResync is a periodic resync (HandlerOptions.ResyncPeriod): an
 	// object offered again unchanged, as an update from itself to

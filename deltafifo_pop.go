@@ -144,16 +144,6 @@ func (f *DeltaFIFO[K, T]) popLocked() (K, Deltas[T], bool) {
 // take the lock.
 func (f *DeltaFIFO[K, T]) HasSynced() bool { return f.initial.synced.Load() }
 
-// processedInitial is HasSynced read under the queue's lock. Pop and
-// PopBatch hold the lock until process returns, so a true result also
-// means that process has returned for every popped key of the initial
-// list; HasSynced turns true as the last of them is popped.
-func (f *DeltaFIFO[K, T]) processedInitial() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.initial.synced.Load()
-}
-
 // Close wakes every Pop and PopBatch waiting on an empty queue; from then
 // on they hand out what is still queued and then return ErrClosed.
 // Producers may still add; their deltas are popped too.

@@ -157,8 +157,8 @@ func TestInformer_ChangeHandlerIsToldEachNotificationsOrigin(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-				f := newFixture(t, kind, tt.configure)
+			synctest.Test(t, func(t *testing.T) {
+				f := newFixture(t, tt.configure)
 				for _, n := range []string{"a", "b", "c"} {
 					f.src.Put(item{Name: n, Val: 1})
 				}
@@ -203,12 +203,12 @@ func TestInformer_ChangeHandlerIsToldEachNotificationsOrigin(t *testing.T) {
 func TestInformer_CheckpointReplayIsInitialList(t *testing.T) {
 	for _, compacted := range []bool{false, true} {
 		t.Run("compacted="+strconv.FormatBool(compacted), func(t *testing.T) {
-			forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
+			synctest.Test(t, func(t *testing.T) {
 				path := filepath.Join(t.TempDir(), "cp")
 				src := memsource.New(itemKey, memsource.Options{})
 				src.Put(item{Name: "a", Val: 1})
 				src.Put(item{Name: "b", Val: 1})
-				first := startCheckpointed(t, kind, src, path)
+				first := startCheckpointed(t, src, path)
 				first.stop(t) // writes the checkpoint
 
 				src.Put(item{Name: "a", Val: 2})
@@ -221,7 +221,7 @@ func TestInformer_CheckpointReplayIsInitialList(t *testing.T) {
 
 				changes := &changeLog{}
 				inf := mirror.NewInformer(src, mirror.InformerOptions[string, item]{
-					KeyFunc: itemKey, Queue: kind, SameObject: sameGen,
+					KeyFunc: itemKey, SameObject: sameGen,
 					ResourceVersion: func(it item) string { return strconv.Itoa(it.Val) },
 					Checkpoint:      mirror.CheckpointOptions[item]{Path: path},
 					ErrorHandler:    func(error) {},
