@@ -148,7 +148,7 @@ const minResyncPeriod = time.Second
 // each change becomes the Handler call it stands for. initial is OnAdd's
 // isInInitialList.
 func handlerChanges[K comparable, T any](h Handler[T]) changeFunc[K, T] {
-	return func(c *Change[K, T], initial bool) {
+	return func(c Change[K, T], initial bool) {
 		switch c.Type {
 		case ChangeAdded:
 			h.OnAdd(c.Object, initial)

@@ -87,7 +87,7 @@ type ownNotification[K comparable, T any] struct {
 
 // changeFunc is what a listener calls with each change; initial is set on
 // an add that belongs to the initial list (notification.initial).
-type changeFunc[K comparable, T any] func(c *Change[K, T], initial bool)
+type changeFunc[K comparable, T any] func(c Change[K, T], initial bool)
 
 func newListener[K comparable, T any](call changeFunc[K, T], resync time.Duration, maxBacklog int, report func(error), upstream func() bool) *listener[K, T] {
 	return &listener[K, T]{
@@ -487,8 +487,7 @@ func (l *listener[K, T]) deliver(n *notification[K, T]) {
 			l.report(&HandlerPanicError{Handler: l.name, PanicError: *panicked(v)})
 		}
 	}()
-	c := Change[K, T]{Type: ChangeType(n.kind), Origin: n.origin, FinalStateUnknown: n.unknown, Key: n.key, Old: n.old, Object: n.obj}
-	l.call(&c, n.initial)
+	l.call(Change[K, T]{Type: ChangeType(n.kind), Origin: n.origin, FinalStateUnknown: n.unknown, Key: n.key, Old: n.old, Object: n.obj}, n.initial)
 }
 
 // slot is a key's pending notifications in bounded mode: one, or a delete

@@ -75,7 +75,7 @@ func (inf *Informer[K, T]) AddChangeHandler(f func(Change[K, T]), opts HandlerOp
 	if f == nil {
 		return nil, errors.New("mirror: AddChangeHandler with a nil function")
 	}
-	return inf.addHandler(func(c *Change[K, T], _ bool) { f(*c) }, true, opts)
+	return inf.addHandler(func(c Change[K, T], _ bool) { f(c) }, true, opts)
 }
 
 // addHandler registers call, a handler's function of changes; byChange
