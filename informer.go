@@ -290,9 +290,7 @@ func (inf *Informer[K, T]) Run(ctx context.Context) error {
 	inf.applyMu.Lock()
 	// A handler added from now on is handed the cache as a late one.
 	if rv != "" {
-		if early == nil {
-			r.resumeFrom(rv, inf.resumed)
-		}
+		// The Reflector started from rv once load read it (early).
 		inf.resumeAt(rv)
 	}
 	inf.live = true
