@@ -1,9 +1,6 @@
 package mirror
 
-import (
-	"errors"
-	"fmt"
-)
+import "fmt"
 
 // Origin says what made the informer notify a handler: a change the
 // watch saw, the first list, a later relist, or a periodic resync. It is
@@ -14,7 +11,7 @@ type Origin uint8
 const (
 	// OriginLive is a change a watch event brought: an addition, update
 	// or deletion, an object evicted because its state cannot be
-	// represented (with the in-order queue; see OriginRelist), and the
+	// represented, and the
 	// deletion and addition of a key that a watch event shows naming
 	// another object (see InformerOptions.SameObject).
 	OriginLive Origin = iota + 1
@@ -29,9 +26,7 @@ const (
 	// deletions it infers (finalStateUnknown), and the deletion and
 	// addition of a key it finds naming another object. Such changes
 	// happened while the informer was not watching, so they may be
-	// older than they look. With the DeltaFIFO queue, whose deletions
-	// inferred by a list and evictions look alike, an eviction brought
-	// by a watch event is reported with this origin too.
+	// older than they look.
 	OriginRelist
 	// OriginResync is a periodic resync (HandlerOptions.ResyncPeriod): an
 	// object offered again unchanged, as an update from itself to
@@ -113,9 +108,11 @@ func (t ChangeType) String() string {
 	return fmt.Sprintf("ChangeType(%d)", uint8(t))
 }
 
-// Change is one notification for a ChangeHandler: what Handler's
-// OnAdd, OnUpdate and OnDelete are told, with the object's key and the
-// notification's origin.
+// Change is one notification, as a function registered with
+// Informer.AddChangeHandler receives it: what Handler's OnAdd, OnUpdate
+// and OnDelete are told, with the object's key and the notification's
+// origin. It hands a controller's queue the key without computing it
+// again, and the origin from which to rank the work.
 type Change[K comparable, T any] struct {
 	// Type says which of OnAdd, OnUpdate, OnDelete this stands for.
 	Type ChangeType
@@ -134,41 +131,3 @@ type Change[K comparable, T any] struct {
 	// object's last state, as OnDelete's obj.
 	Object T
 }
-
-// ChangeHandler is implemented by a Handler that wants its
-// notifications as Changes. AddEventHandler checks for it once: an
-// informer calls a handler that implements it through OnChange only,
-// never through OnAdd, OnUpdate or OnDelete, one call at a time, in the
-// order and under the same terms as those calls (see Handler). It hands
-// a controller's queue the key without computing it again, and the
-// origin from which to rank the work.
-//
-// AddEventHandler takes a Handler rather than either interface, so that
-// a client-go handler registers as it is and a mistyped handler fails to
-// compile; ChangeFunc makes a function both.
-type ChangeHandler[K comparable, T any] interface {
-	// OnChange is called with each change, in place of OnAdd, OnUpdate
-	// and OnDelete.
-	OnChange(c Change[K, T])
-}
-
-// ChangeFunc adapts a function to a ChangeHandler that is also a Handler,
-// so that it can be passed to AddEventHandler. Its K must be the
-// informer's key type: AddEventHandler returns an error otherwise.
-type ChangeFunc[K comparable, T any] func(c Change[K, T])
-
-// OnChange calls f(c).
-func (f ChangeFunc[K, T]) OnChange(c Change[K, T]) { f(c) }
-
-// OnAdd panics: an informer calls a ChangeFunc through OnChange only. A
-// ChangeFunc wrapped in another Handler would lose the key, which OnAdd
-// does not carry, so it says so rather than hand f a zero key.
-func (f ChangeFunc[K, T]) OnAdd(T, bool) { panic(errChangeFuncAsHandler) }
-
-// OnUpdate panics, as OnAdd does.
-func (f ChangeFunc[K, T]) OnUpdate(T, T) { panic(errChangeFuncAsHandler) }
-
-// OnDelete panics, as OnAdd does.
-func (f ChangeFunc[K, T]) OnDelete(T, bool) { panic(errChangeFuncAsHandler) }
-
-var errChangeFuncAsHandler = errors.New("mirror: a ChangeFunc called as a Handler: register it with AddEventHandler itself, not wrapped")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"slices"
 	"time"
 )
@@ -35,10 +36,9 @@ import (
 // InformerOptions.SameObject) a deletion then an addition, one changed an
 // update, one unchanged nothing (with InformerOptions.ResourceVersion).
 // Either way each change made while the informer was down is delivered
-// once. With the in-order queue (the default), Run reads the source (the
-// watch, and the list if the version is gone) as soon as it has read the
-// checkpoint's version, while the objects load; what it reads is applied
-// once they are in. Handlers registered before Run, or while it loads
+// once. Run reads the source (the watch, and the list if the version is
+// gone) as soon as it has read the checkpoint's version, while the objects
+// load; what it reads is applied once they are in. Handlers registered before Run, or while it loads
 // the checkpoint, are first handed the checkpoint's objects as initial
 // adds, unless their HandlerOptions.ChangesOnly is set.
 type CheckpointOptions[T any] struct {
@@ -61,25 +61,44 @@ type CheckpointOptions[T any] struct {
 	Identity string
 }
 
+// checkpointSeam is what the checkpoint machinery needs of an informer:
+// the state to write, and a way to fill its empty cache with a
+// checkpoint's. It reads nothing else of the informer.
+type checkpointSeam[T any] interface {
+	// snapshot returns the cache's objects and the version they are at,
+	// taken together: "" if the cache is at no version yet. If the cache
+	// holds only part of the change at its version, it returns no
+	// objects and a channel closed once the rest is in.
+	snapshot() (objs []T, rv string, wait <-chan struct{})
+	// restore fills the empty cache with the objects fill puts, after
+	// fill has said, through reserve, how many to expect. If fill or a
+	// put fails, the cache is left empty and restore returns the error.
+	restore(fill func(reserve func(n int), put func(obj T) error) error) error
+}
+
 // checkpointer is an informer's checkpoint machinery.
-type checkpointer[K comparable, T any] struct {
-	inf      *Informer[K, T]
+type checkpointer[T any] struct {
+	seam     checkpointSeam[T]
+	report   func(error) // a failure to load or write
+	logger   *slog.Logger
 	path     string
 	interval time.Duration
 	codec    Codec[T]
 	identity string
 }
 
-func newCheckpointer[K comparable, T any](inf *Informer[K, T], o CheckpointOptions[T]) *checkpointer[K, T] {
+// newCheckpointer returns the checkpointer of o for the informer named
+// name, or nil if o keeps no checkpoint.
+func newCheckpointer[T any](seam checkpointSeam[T], name string, report func(error), logger *slog.Logger, o CheckpointOptions[T]) *checkpointer[T] {
 	if o.Path == "" {
 		return nil
 	}
-	c := &checkpointer[K, T]{inf: inf, path: o.Path, interval: o.Interval, codec: o.Codec, identity: o.Identity}
+	c := &checkpointer[T]{seam: seam, report: report, logger: logger, path: o.Path, interval: o.Interval, codec: o.Codec, identity: o.Identity}
 	if c.codec == nil {
 		c.codec = JSONCodec[T]{}
 	}
 	if c.identity == "" {
-		c.identity = inf.opts.Name
+		c.identity = name
 	}
 	var zero T
 	c.identity = fmt.Sprintf("%s\x00%T", c.identity, zero)
@@ -90,17 +109,40 @@ func newCheckpointer[K comparable, T any](inf *Informer[K, T], o CheckpointOptio
 // version; on failure it reports why, leaves the cache empty and returns
 // "". Once it has read the checkpoint's version, before its objects, it
 // calls begin, if not nil, with it.
-func (c *checkpointer[K, T]) load(begin func(rv string)) string {
-	inf := c.inf
+func (c *checkpointer[T]) load(begin func(rv string)) string {
 	// No write has started yet: any temporary file is a crash's.
 	removeStaleTemps(c.path)
-	reserve := func(h checkpointHeader, n int) {
-		inf.cache.reserve(n)
-		if begin != nil && h.version != "" {
-			begin(h.version)
+	var h checkpointHeader
+	err := c.seam.restore(func(reserve func(int), put func(T) error) error {
+		var err error
+		h, err = loadCheckpoint(c.path, c.identity, c.codec, func(h checkpointHeader, n int) {
+			reserve(n)
+			if begin != nil && h.version != "" {
+				begin(h.version)
+			}
+		}, put)
+		if err == nil && h.version == "" {
+			err = &CheckpointError{Op: "load", Path: c.path, Err: fmt.Errorf("%w: no version", ErrCheckpointInvalid)}
 		}
+		return err
+	})
+	if errors.Is(err, fs.ErrNotExist) {
+		// A first start: nothing went wrong.
+		c.logger.Info("no checkpoint yet, listing", "path", c.path)
+		return ""
 	}
-	h, err := loadCheckpoint(c.path, c.identity, c.codec, reserve, func(obj T) error {
+	if err != nil {
+		c.report(err)
+		return ""
+	}
+	c.logger.Info("resuming from a checkpoint", "path", c.path, "objects", h.count,
+		"resourceVersion", h.version, "written", h.writtenAt)
+	return h.version
+}
+
+// restore fills the cache from a checkpoint (see checkpointSeam).
+func (inf *Informer[K, T]) restore(fill func(reserve func(n int), put func(obj T) error) error) error {
+	err := fill(inf.cache.reserve, func(obj T) error {
 		key, err := keyOf(inf.opts.KeyFunc, obj)
 		if err != nil {
 			// An object left out would be lost: a watch brings only
@@ -110,41 +152,23 @@ func (c *checkpointer[K, T]) load(begin func(rv string)) string {
 		_, _, err = inf.cache.Set(key, obj)
 		return err
 	})
-	if err == nil && h.version == "" {
-		err = &CheckpointError{Op: "load", Path: c.path, Err: fmt.Errorf("%w: no version", ErrCheckpointInvalid)}
-	}
-	if errors.Is(err, fs.ErrNotExist) {
-		// A first start: nothing went wrong.
-		inf.logger.Info("no checkpoint yet, listing", "path", c.path)
-		return ""
-	}
 	if err != nil {
-		inf.checkpointErrors.Add(1)
-		inf.report(err)
 		_ = inf.cache.Replace(nil, "")
-		return ""
 	}
-	inf.logger.Info("resuming from a checkpoint", "path", c.path, "objects", h.count,
-		"resourceVersion", h.version, "written", h.writtenAt)
-	return h.version
+	return err
 }
 
-// resume prepares Run to start from the checkpoint's state at rv, already
+// resumeAt prepares Run to start from a checkpoint's state at rv, already
 // in the cache: the handlers registered so far that want them get the
 // cached objects as initial adds. (The Reflector watches from rv: see
 // Reflector.resumeFrom.) Run calls it with applyMu held, before anything
 // is applied, so that a handler added meanwhile is handed the objects
 // here or, once the informer is live, by AddEventHandler: never by both,
 // never a part of them.
-func (c *checkpointer[K, T]) resume(rv string) {
-	inf := c.inf
+func (inf *Informer[K, T]) resumeAt(rv string) {
 	inf.appliedRV = rv
-	if inf.fifo != nil {
-		inf.fifo.mu.Lock()
-		inf.fifo.version = rv
-		inf.fifo.mu.Unlock()
-	}
 	inf.proc.mu.RLock()
+	defer inf.proc.mu.RUnlock()
 	// Nothing is distributed yet: every listener reads the feed from
 	// its end.
 	at := inf.proc.feed.seq
@@ -153,16 +177,13 @@ func (c *checkpointer[K, T]) resume(rv string) {
 			l.replay(inf.cache.All(), at)
 		}
 	}
-	inf.proc.mu.RUnlock()
 }
 
 // earlyReflector is an informer's Reflector started while the checkpoint
 // it resumes from is still loading, once its version is read: its first
 // watch, and the list that follows if the source no longer has that
 // version, overlap the load instead of following it. What it hands the
-// in-order queue waits there until the load is done and the queue is
-// applied; a DeltaFIFO, which reads the cache as it queues a list, cannot
-// take it early.
+// queue waits there until the load is done and the queue is applied.
 type earlyReflector struct {
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -193,7 +214,7 @@ func (e *earlyReflector) wait() {
 }
 
 // run writes a checkpoint every interval until ctx ends.
-func (c *checkpointer[K, T]) run(ctx context.Context) {
+func (c *checkpointer[T]) run(ctx context.Context) {
 	if c.interval <= 0 {
 		return
 	}
@@ -213,14 +234,14 @@ func (c *checkpointer[K, T]) run(ctx context.Context) {
 // is at one yet. If the cache holds part of a change (see Event.More), it
 // waits for the rest while ctx lasts, and else writes nothing: the
 // previous checkpoint stays, whole.
-func (c *checkpointer[K, T]) write(ctx context.Context) {
-	objs, rv, wait := c.inf.snapshot()
+func (c *checkpointer[T]) write(ctx context.Context) {
+	objs, rv, wait := c.seam.snapshot()
 	for wait != nil {
 		select {
 		case <-wait:
-			objs, rv, wait = c.inf.snapshot()
+			objs, rv, wait = c.seam.snapshot()
 		case <-ctx.Done():
-			c.inf.logger.Info("checkpoint not written: the cache holds part of a change",
+			c.logger.Info("checkpoint not written: the cache holds part of a change",
 				"path", c.path, "resourceVersion", rv)
 			return
 		}
@@ -230,42 +251,14 @@ func (c *checkpointer[K, T]) write(ctx context.Context) {
 	}
 	h := checkpointHeader{identity: c.identity, version: rv, writtenAt: time.Now(), count: len(objs)}
 	if err := writeCheckpoint(c.path, h, slices.Values(objs), c.codec); err != nil {
-		c.inf.checkpointErrors.Add(1)
-		c.inf.report(err)
+		c.report(err)
 	}
 }
 
-// snapshot returns the cache's objects and the version they are at, taken
-// together: "" if the cache is at no version yet (before the first list is
-// applied). If the cache holds only part of the change at its version, it
-// returns no objects and a channel closed once the rest is in.
+// snapshot returns the cache's state for a checkpoint (see
+// checkpointSeam). Under applyMu the cache is at appliedRV: the queue
+// applies changes in the order the source made them.
 func (inf *Informer[K, T]) snapshot() (objs []T, rv string, wait <-chan struct{}) {
-	if inf.fifo != nil {
-		// Keys pop out of event order: the cache is at a version only
-		// with the changes still queued applied over it. Under the
-		// queue's lock no pop is in progress and nothing is queued.
-		inf.fifo.mu.Lock()
-		defer inf.fifo.mu.Unlock()
-		rv := inf.fifo.version
-		if wait := inf.fifo.partial.wait(); wait != nil {
-			return nil, rv, wait
-		}
-		if rv == "" {
-			return nil, "", nil
-		}
-		objs := make([]T, 0, inf.cache.Len()+inf.fifo.q.len())
-		for k, obj := range inf.cache.All() {
-			if _, queued := inf.fifo.q.find(k); !queued {
-				objs = append(objs, obj)
-			}
-		}
-		for _, p := range inf.fifo.q.all() {
-			if d := p.deltas[len(p.deltas)-1]; d.Type != Deleted {
-				objs = append(objs, d.Object)
-			}
-		}
-		return objs, rv, nil
-	}
 	inf.applyMu.Lock()
 	defer inf.applyMu.Unlock()
 	if wait := inf.partial.wait(); wait != nil {
@@ -280,12 +273,5 @@ func (inf *Informer[K, T]) snapshot() (objs []T, rv string, wait <-chan struct{}
 // resumed is called by the Reflector once the watch from the checkpoint's
 // version is open: the informer has synced.
 func (inf *Informer[K, T]) resumed() {
-	if inf.fifo != nil {
-		inf.fifo.mu.Lock()
-		inf.fifo.initial.populateLocked()
-		inf.fifo.mu.Unlock()
-		inf.checkFIFOSynced()
-		return
-	}
-	inf.inOrder.push(inOrderEntry[K, T]{kind: entryResumed})
+	inf.queue.push(inOrderEntry[K, T]{kind: entryResumed})
 }

@@ -31,7 +31,7 @@ func TestInformer_ResumedInformerReadsTheSourceWhileItsCheckpointLoads(t *testin
 				for _, n := range []string{"a", "b", "c", "d"} {
 					src.Put(item{Name: n, Val: 1})
 				}
-				startCheckpointed(t, mirror.InOrderQueue, src, path).stop(t)
+				startCheckpointed(t, src, path).stop(t)
 				listed := src.lists.Load()
 
 				// While down: b changes, c goes, d is re-created, e comes.

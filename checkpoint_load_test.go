@@ -42,15 +42,15 @@ func (c *gatedCodec) Decode(data []byte) (item, error) {
 // an informer that resumes from it, and returns once that informer's load
 // is held with one object in, with the function that lets the load go on
 // and the channel Run's result comes on.
-func loadingInformer(t *testing.T, kind mirror.QueueKind, src *memsource.Source[item], errs *errorLog) (inf *mirror.Informer[string, item], cancel context.CancelFunc, release func(), done chan error) {
+func loadingInformer(t *testing.T, src *memsource.Source[item], errs *errorLog) (inf *mirror.Informer[string, item], cancel context.CancelFunc, release func(), done chan error) {
 	path := filepath.Join(t.TempDir(), "cp")
 	src.Put(item{Name: "a", Val: 1})
 	src.Put(item{Name: "b", Val: 1})
-	startCheckpointed(t, kind, src, path).stop(t)
+	startCheckpointed(t, src, path).stop(t)
 
 	codec := newGatedCodec(2)
 	inf = mirror.NewInformer(src, mirror.InformerOptions[string, item]{
-		KeyFunc: itemKey, Queue: kind, ErrorHandler: errs.add,
+		KeyFunc: itemKey, ErrorHandler: errs.add,
 		Checkpoint: mirror.CheckpointOptions[item]{Path: path, Codec: codec},
 	})
 	ctx, cancel := context.WithCancel(t.Context())
@@ -77,10 +77,10 @@ func TestInformer_HandlerAddedWhileACheckpointLoadsIsOneRegisteredBeforeRun(t *t
 		{"changes only", mirror.HandlerOptions{ChangesOnly: true}, []string{}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
+			synctest.Test(t, func(t *testing.T) {
 				src := memsource.New(itemKey, memsource.Options{})
 				errs := &errorLog{}
-				inf, cancel, release, done := loadingInformer(t, kind, src, errs)
+				inf, cancel, release, done := loadingInformer(t, src, errs)
 
 				rec := &recorder{}
 				reg, err := inf.AddEventHandler(rec, tt.opts)
@@ -105,10 +105,10 @@ func TestInformer_HandlerAddedWhileACheckpointLoadsIsOneRegisteredBeforeRun(t *t
 // before Run does, in the resync period Run sets once the load is
 // complete: its own period is kept, not left without a timer.
 func TestInformer_HandlerAddedWhileACheckpointLoadsResyncsAtItsPeriod(t *testing.T) {
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
+	synctest.Test(t, func(t *testing.T) {
 		src := memsource.New(itemKey, memsource.Options{})
 		errs := &errorLog{}
-		inf, cancel, release, done := loadingInformer(t, kind, src, errs)
+		inf, cancel, release, done := loadingInformer(t, src, errs)
 
 		rec := &recorder{}
 		_, err := inf.AddEventHandler(rec, mirror.HandlerOptions{ResyncPeriod: time.Minute})

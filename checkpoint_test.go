@@ -41,11 +41,10 @@ type checkpointed struct {
 	done            chan error
 }
 
-func startCheckpointed(t *testing.T, kind mirror.QueueKind, src mirror.ListWatcher[item], path string) *checkpointed {
+func startCheckpointed(t *testing.T, src mirror.ListWatcher[item], path string) *checkpointed {
 	c := &checkpointed{replay: &recorder{}, changes: &recorder{}, errs: &errorLog{}, done: make(chan error, 1)}
 	c.inf = mirror.NewInformer(src, mirror.InformerOptions[string, item]{
 		KeyFunc:         itemKey,
-		Queue:           kind,
 		ErrorHandler:    c.errs.add,
 		SameObject:      sameGen,
 		ResourceVersion: func(it item) string { return strconv.Itoa(it.Val) },
@@ -71,13 +70,13 @@ func (c *checkpointed) stop(t *testing.T) {
 func TestInformer_ResumesFromACheckpointWithExactlyTheChangesMadeWhileDown(t *testing.T) {
 	for _, compacted := range []bool{false, true} {
 		t.Run("compacted="+strconv.FormatBool(compacted), func(t *testing.T) {
-			forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
+			synctest.Test(t, func(t *testing.T) {
 				path := filepath.Join(t.TempDir(), "cp")
 				src := &countingSource{Source: memsource.New(itemKey, memsource.Options{})}
 				for _, n := range []string{"kept", "changed", "recreated", "gone"} {
 					src.Put(item{Name: n, Val: 1, Gen: 1})
 				}
-				first := startCheckpointed(t, kind, src, path)
+				first := startCheckpointed(t, src, path)
 				first.stop(t) // writes the checkpoint
 				require.EqualValues(t, 1, src.lists.Load())
 
@@ -91,7 +90,7 @@ func TestInformer_ResumesFromACheckpointWithExactlyTheChangesMadeWhileDown(t *te
 					src.Compact(src.Revision())
 				}
 
-				second := startCheckpointed(t, kind, src, path)
+				second := startCheckpointed(t, src, path)
 				wantLists := int64(1)
 				if compacted {
 					wantLists = 2 // the relist the compaction forced
@@ -130,13 +129,13 @@ func TestInformer_ResumesFromACheckpointWithExactlyTheChangesMadeWhileDown(t *te
 // A first start finds no checkpoint: that is no failure. The informer
 // says so at level Info and lists; nothing is reported.
 func TestInformer_MissingCheckpointIsAFirstStartNotAFailure(t *testing.T) {
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
+	synctest.Test(t, func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "cp")
 		src := &countingSource{Source: memsource.New(itemKey, memsource.Options{})}
 		src.Put(item{Name: "a", Val: 1})
 		logs, errs := &lockedBuffer{}, &errorLog{}
 		inf := mirror.NewInformer(src, mirror.InformerOptions[string, item]{
-			KeyFunc: itemKey, Queue: kind, ErrorHandler: errs.add,
+			KeyFunc: itemKey, ErrorHandler: errs.add,
 			Logger:     slog.New(slog.NewTextHandler(logs, nil)),
 			Checkpoint: mirror.CheckpointOptions[item]{Path: path},
 		})
@@ -167,7 +166,7 @@ func TestInformer_UnusableCheckpointIsReportedAndTheSourceListed(t *testing.T) {
 	}
 	for name, spoil := range write {
 		t.Run(name, func(t *testing.T) {
-			forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
+			synctest.Test(t, func(t *testing.T) {
 				path := filepath.Join(t.TempDir(), "cp")
 				src := &countingSource{Source: memsource.New(itemKey, memsource.Options{})}
 				src.Put(item{Name: "a", Val: 1})
@@ -182,12 +181,12 @@ func TestInformer_UnusableCheckpointIsReportedAndTheSourceListed(t *testing.T) {
 					cancel()
 					require.NoError(t, <-done)
 				default:
-					startCheckpointed(t, kind, src, path).stop(t)
+					startCheckpointed(t, src, path).stop(t)
 				}
 				spoil(path)
 				src.Put(item{Name: "b", Val: 1})
 
-				c := startCheckpointed(t, kind, src, path)
+				c := startCheckpointed(t, src, path)
 				var ce *mirror.CheckpointError
 				require.Len(t, c.errs.all(), 1)
 				require.ErrorAs(t, c.errs.all()[0], &ce)
@@ -204,12 +203,12 @@ func TestInformer_UnusableCheckpointIsReportedAndTheSourceListed(t *testing.T) {
 }
 
 func TestInformer_CheckpointIsWrittenEveryIntervalAtTheVersionApplied(t *testing.T) {
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
+	synctest.Test(t, func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "cp")
 		src := &countingSource{Source: memsource.New(itemKey, memsource.Options{})}
 		src.Put(item{Name: "a", Val: 1})
 		inf := mirror.NewInformer(src, mirror.InformerOptions[string, item]{
-			KeyFunc: itemKey, Queue: kind,
+			KeyFunc:    itemKey,
 			Checkpoint: mirror.CheckpointOptions[item]{Path: path, Interval: time.Minute},
 		})
 		ctx, cancel := context.WithCancel(t.Context())
@@ -227,7 +226,7 @@ func TestInformer_CheckpointIsWrittenEveryIntervalAtTheVersionApplied(t *testing
 
 		// Another informer resumes from what was written: a and b at
 		// the version after b, from which its watch brings c.
-		other := startCheckpointed(t, kind, src, path)
+		other := startCheckpointed(t, src, path)
 		assert.EqualValues(t, 1, src.lists.Load(), "resumed, not listed")
 		assert.Equal(t, []string{"add c=1 initial=false"}, rendered(other.changes.take()))
 		assert.Equal(t, 3, other.inf.Len())

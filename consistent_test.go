@@ -83,9 +83,9 @@ func (w *prefixWatcher) Next(ctx context.Context) (mirror.Event[item], error) {
 	}
 }
 
-func newPrefixFixture(t *testing.T, kind mirror.QueueKind) (*fixture, *prefixSource) {
+func newPrefixFixture(t *testing.T) (*fixture, *prefixSource) {
 	var ps *prefixSource
-	f := newFixtureOver(t, kind, func(src *memsource.Source[item]) mirror.ListWatcher[item] {
+	f := newFixtureOver(t, func(src *memsource.Source[item]) mirror.ListWatcher[item] {
 		ps = &prefixSource{Source: src}
 		return ps
 	}, nil)
@@ -93,8 +93,8 @@ func newPrefixFixture(t *testing.T, kind mirror.QueueKind) (*fixture, *prefixSou
 }
 
 func TestWaitForVersion_BookmarkAdvancesAQuietCache(t *testing.T) {
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-		f, ps := newPrefixFixture(t, kind)
+	synctest.Test(t, func(t *testing.T) {
+		f, ps := newPrefixFixture(t)
 		f.start()
 		f.synced()
 		rev, err := ps.Put(item{Name: "x", Group: "b"})
@@ -115,8 +115,8 @@ func TestWaitForVersion_BookmarkAdvancesAQuietCache(t *testing.T) {
 }
 
 func TestConsistent_SeesEveryWriteMadeBeforeIt(t *testing.T) {
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-		f, ps := newPrefixFixture(t, kind)
+	synctest.Test(t, func(t *testing.T) {
+		f, ps := newPrefixFixture(t)
 		f.start()
 		f.synced()
 		for i := range 50 {
@@ -135,8 +135,8 @@ func TestConsistent_SeesEveryWriteMadeBeforeIt(t *testing.T) {
 }
 
 func TestConsistent_AsksAQuietSourceForProgress(t *testing.T) {
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-		f, ps := newPrefixFixture(t, kind)
+	synctest.Test(t, func(t *testing.T) {
+		f, ps := newPrefixFixture(t)
 		f.start()
 		f.synced()
 		// Writes elsewhere move the current version; no event comes.
@@ -158,8 +158,8 @@ func TestConsistent_AsksAQuietSourceForProgress(t *testing.T) {
 }
 
 func TestConsistent_BoundEndsInATypedErrorOrAReadOfTheSource(t *testing.T) {
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-		f, ps := newPrefixFixture(t, kind)
+	synctest.Test(t, func(t *testing.T) {
+		f, ps := newPrefixFixture(t)
 		_, err := ps.Put(item{Name: "a", Group: "a", Val: 1})
 		require.NoError(t, err)
 		f.start()
@@ -198,7 +198,7 @@ func TestConsistent_BoundEndsInATypedErrorOrAReadOfTheSource(t *testing.T) {
 
 func TestConsistent_CallerContextEndIsNotTheBound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f, ps := newPrefixFixture(t, mirror.InOrderQueue)
+		f, ps := newPrefixFixture(t)
 		f.start()
 		f.synced()
 		release := ps.pause()
@@ -216,7 +216,7 @@ func TestConsistent_CallerContextEndIsNotTheBound(t *testing.T) {
 
 func TestConsistent_ConcurrentReadsShareProgressRequests(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f, ps := newPrefixFixture(t, mirror.InOrderQueue)
+		f, ps := newPrefixFixture(t)
 		f.start()
 		f.synced()
 		release := ps.pause()
@@ -243,7 +243,7 @@ func TestConsistent_ConcurrentReadsShareProgressRequests(t *testing.T) {
 
 func TestConsistent_SourceWithoutCurrentVersionIsUnsupported(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := newFixtureOver(t, mirror.InOrderQueue, func(s *memsource.Source[item]) mirror.ListWatcher[item] {
+		f := newFixtureOver(t, func(s *memsource.Source[item]) mirror.ListWatcher[item] {
 			return unordered{s}
 		}, func(o *mirror.InformerOptions[string, item]) { o.CompareVersions = mirror.CompareDecimalVersions })
 		f.start()

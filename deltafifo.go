@@ -71,16 +71,6 @@ type DeltaFIFO[K comparable, T any] struct {
 	listing fifoListing[T]
 
 	batch []QueuedDeltas[K, T] // PopBatch's buffer, reused under the lock
-
-	// version is the version of the last event or list an informer's
-	// Reflector queued (see event); "" for a queue used on its own.
-	version string
-	// partial says whether the queue holds part of the change at
-	// version (see partialChange).
-	partial partialChange
-	// adds counts the keys ever queued; arrivals samples when.
-	adds     uint64
-	arrivals arrivals
 }
 
 type pending[T any] struct {
@@ -120,14 +110,13 @@ var (
 // Add queues an Added delta for obj. If the key function (*KeyError) or
 // the transformer fails or panics, it returns the error and changes
 // nothing.
-func (f *DeltaFIFO[K, T]) Add(obj T) error { return f.add(Added, obj, position{}) }
+func (f *DeltaFIFO[K, T]) Add(obj T) error { return f.add(Added, obj) }
 
 // Update queues an Updated delta for obj, like Add.
-func (f *DeltaFIFO[K, T]) Update(obj T) error { return f.add(Updated, obj, position{}) }
+func (f *DeltaFIFO[K, T]) Update(obj T) error { return f.add(Updated, obj) }
 
-// add queues a change of obj at position pos (the zero position if not
-// known).
-func (f *DeltaFIFO[K, T]) add(typ DeltaType, obj T, pos position) (err error) {
+// add queues a change of obj.
+func (f *DeltaFIFO[K, T]) add(typ DeltaType, obj T) (err error) {
 	var at calling
 	var key K
 	f.mu.Lock()
@@ -144,7 +133,6 @@ func (f *DeltaFIFO[K, T]) add(typ DeltaType, obj T, pos position) (err error) {
 	at.fn = inKeyFunc
 	key, err = keyOf(f.keyFunc, obj)
 	at.fn = noCallback
-	f.versionLocked(pos)
 	if err != nil {
 		return err
 	}
@@ -162,19 +150,18 @@ func (f *DeltaFIFO[K, T]) add(typ DeltaType, obj T, pos position) (err error) {
 // keeps the older). If the key function fails or panics it returns the
 // *KeyError and changes nothing; if the transformer does, the deletion is
 // still queued, as DeleteKeyOnly would, and the error returned.
-func (f *DeltaFIFO[K, T]) Delete(obj T) error { return f.delete(obj, false, false, position{}) }
+func (f *DeltaFIFO[K, T]) Delete(obj T) error { return f.delete(obj, false, false) }
 
 // DeleteKeyOnly is Delete for an obj that only identifies the object (see
 // Event.KeyOnly): the delta carries the last state the queue knows, the
 // newest queued object or else the one in KnownObjects.
-func (f *DeltaFIFO[K, T]) DeleteKeyOnly(obj T) error { return f.delete(obj, true, false, position{}) }
+func (f *DeltaFIFO[K, T]) DeleteKeyOnly(obj T) error { return f.delete(obj, true, false) }
 
 // Evict is DeleteKeyOnly queueing a tombstone (see Evicter).
-func (f *DeltaFIFO[K, T]) Evict(obj T) error { return f.delete(obj, true, true, position{}) }
+func (f *DeltaFIFO[K, T]) Evict(obj T) error { return f.delete(obj, true, true) }
 
-// delete queues a deletion of obj at position pos (the zero position if
-// not known).
-func (f *DeltaFIFO[K, T]) delete(obj T, keyOnly, tombstone bool, pos position) (err error) {
+// delete queues a deletion of obj.
+func (f *DeltaFIFO[K, T]) delete(obj T, keyOnly, tombstone bool) (err error) {
 	var at calling
 	var key K
 	var last T
@@ -196,7 +183,6 @@ func (f *DeltaFIFO[K, T]) delete(obj T, keyOnly, tombstone bool, pos position) (
 	at.fn = inKeyFunc
 	key, err = keyOf(f.keyFunc, obj)
 	at.fn = noCallback
-	f.versionLocked(pos)
 	if err != nil {
 		return err
 	}
@@ -223,56 +209,23 @@ func (f *DeltaFIFO[K, T]) delete(obj T, keyOnly, tombstone bool, pos position) (
 	return err
 }
 
-// event queues a watch event from an informer's Reflector, and records
-// its version: once the queue has drained, the consumer's cache is at that
-// version (see drainedVersionLocked).
+// event queues a watch event from a Reflector (see eventStore).
 func (f *DeltaFIFO[K, T]) event(ev Event[T]) error {
 	switch ev.Type {
 	case EventAdded:
-		return f.add(Added, ev.Object, at(ev))
+		return f.add(Added, ev.Object)
 	case EventModified:
-		return f.add(Updated, ev.Object, at(ev))
+		return f.add(Updated, ev.Object)
 	case EventDeleted:
-		return f.delete(ev.Object, ev.KeyOnly, false, at(ev))
+		return f.delete(ev.Object, ev.KeyOnly, false)
 	case EventError:
 		if ev.KeyOnly {
-			return f.delete(ev.Object, true, true, at(ev))
+			return f.delete(ev.Object, true, true)
 		}
 	}
-	// A bookmark, or an error about no object in particular: progress.
-	f.mu.Lock()
-	f.versionLocked(at(ev))
-	f.mu.Unlock()
+	// A bookmark, or an error about no object in particular: nothing
+	// to queue.
 	return nil
-}
-
-// versionLocked records that everything queued is at position pos, if its
-// version is known.
-func (f *DeltaFIFO[K, T]) versionLocked(pos position) {
-	if pos.rv != "" {
-		f.version = pos.rv
-		f.partial.set(pos)
-	}
-}
-
-// addedLocked counts a key queued.
-func (f *DeltaFIFO[K, T]) addedLocked() {
-	f.adds++
-	f.arrivals.queued(f.adds)
-}
-
-// stats returns the number of keys queued and of keys ever queued.
-func (f *DeltaFIFO[K, T]) stats() (depth int, adds int64) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.q.len(), int64(f.adds)
-}
-
-// drainedVersionLocked returns the version of the last event or list the
-// queue was given, and whether nothing is queued: then a consumer that has
-// applied everything it popped is at that version.
-func (f *DeltaFIFO[K, T]) drainedVersionLocked() (string, bool) {
-	return f.version, f.q.len() == 0
 }
 
 // lastLocked returns the newest state of key the queue knows: its newest
@@ -323,7 +276,6 @@ func (f *DeltaFIFO[K, T]) queueLocked(key K, d Delta[T], room int) *pending[T] {
 		p.deltas = appendDelta(p.deltas, d)
 	} else {
 		p.deltas = append(make(Deltas[T], 0, room), d)
-		f.addedLocked()
 	}
 	f.cond.Broadcast()
 	return p
@@ -368,7 +320,6 @@ func (f *DeltaFIFO[K, T]) AddIfNotPresent(key K, deltas Deltas[T]) error {
 func (f *DeltaFIFO[K, T]) requeueLocked(key K, deltas Deltas[T]) {
 	if p, queued := f.q.findOrPush(key); !queued {
 		p.deltas = deltas
-		f.addedLocked()
 		f.cond.Broadcast()
 	}
 }

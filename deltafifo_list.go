@@ -172,7 +172,6 @@ func (f *DeltaFIFO[K, T]) listChunk(items []T) error {
 func (f *DeltaFIFO[K, T]) listDone(rv string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.versionLocked(position{rv: rv})
 	l := f.listing
 	f.listing = fifoListing[T]{}
 	if !l.streaming {

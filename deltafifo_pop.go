@@ -128,16 +128,6 @@ func (f *DeltaFIFO[K, T]) popLocked() (K, Deltas[T], bool) {
 // true. It does not take the lock.
 func (f *DeltaFIFO[K, T]) HasSynced() bool { return f.initial.synced.Load() }
 
-// processedInitial is HasSynced read under the queue's lock. Pop and
-// PopBatch hold the lock until process returns, so a true result also
-// means that process has returned for every popped key of the initial
-// list; HasSynced turns true as the last of them is popped.
-func (f *DeltaFIFO[K, T]) processedInitial() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.initial.synced.Load()
-}
-
 // Close makes Pop and PopBatch return ErrClosed once the queue is empty.
 // Producers may still add.
 func (f *DeltaFIFO[K, T]) Close() { f.close() }

@@ -10,10 +10,11 @@ import (
 	"github.com/listwatch/mirror/workqueue"
 )
 
-// ExampleChangeFunc feeds a controller's workqueue: each change queues its
-// key at the priority of its origin, so that a live change is reconciled
-// ahead of the keys of the initial list queued before it.
-func ExampleChangeFunc() {
+// ExampleInformer_AddChangeHandler feeds a controller's workqueue: each
+// change queues its key at the priority of its origin, so that a live
+// change is reconciled ahead of the keys of the initial list queued
+// before it.
+func ExampleInformer_AddChangeHandler() {
 	keyFunc := func(s service) (string, error) { return s.Name, nil }
 	src := memsource.New(keyFunc, memsource.Options{})
 	src.Put(service{Name: "api", Zone: "eu", Port: 443})
@@ -22,10 +23,10 @@ func ExampleChangeFunc() {
 
 	q := workqueue.New[string](workqueue.Options{})
 	seen := make(chan string)
-	reg, err := inf.AddEventHandler(mirror.ChangeFunc[string, service](func(c mirror.Change[string, service]) {
+	reg, err := inf.AddChangeHandler(func(c mirror.Change[string, service]) {
 		q.AddWithPriority(c.Key, reconcile.DefaultPriority(c.Origin))
 		seen <- fmt.Sprintf("%v %v %s", c.Origin, c.Type, c.Key)
-	}), mirror.HandlerOptions{})
+	}, mirror.HandlerOptions{})
 	if err != nil {
 		panic(err)
 	}

@@ -8,9 +8,9 @@ import (
 // Handler receives an Informer's notifications. Each registered Handler
 // is called from a goroutine of its own, one call at a time, so a Handler
 // needs no locking of its own unless it shares state with other code; and a
-// slow Handler delays only itself. A Handler that is also a ChangeHandler
-// is called through OnChange instead, which tells each notification's key
-// and where it came from (see Origin).
+// slow Handler delays only itself. To be told each notification's key and
+// where it came from (see Origin), register a function of Changes with
+// Informer.AddChangeHandler instead.
 type Handler[T any] interface {
 	// OnAdd is called when an object enters the cache, or, for a handler
 	// added to a running informer, once for every object already cached.
@@ -143,3 +143,19 @@ func (e *HandlerPanicError) Unwrap() error { return &e.PanicError }
 // minResyncPeriod is the shortest resync period a handler can have: a
 // tighter loop would mostly burn CPU re-delivering unchanged objects.
 const minResyncPeriod = time.Second
+
+// handlerChanges adapts h to the function of changes a listener calls:
+// each change becomes the Handler call it stands for. initial is OnAdd's
+// isInInitialList.
+func handlerChanges[K comparable, T any](h Handler[T]) changeFunc[K, T] {
+	return func(c Change[K, T], initial bool) {
+		switch c.Type {
+		case ChangeAdded:
+			h.OnAdd(c.Object, initial)
+		case ChangeUpdated:
+			h.OnUpdate(c.Old, c.Object)
+		case ChangeDeleted:
+			h.OnDelete(c.Object, c.FinalStateUnknown)
+		}
+	}
+}

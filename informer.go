@@ -9,22 +9,6 @@ import (
 	"time"
 )
 
-// QueueKind selects the queue between an Informer's Reflector and its
-// cache.
-type QueueKind uint8
-
-const (
-	// InOrderQueue, the default, applies changes in the order the source
-	// produced them, across keys, and applies a relist as one step. Its
-	// lock is not held while a batch is applied.
-	InOrderQueue QueueKind = iota
-	// DeltaFIFOQueue is client-go's classic per-key queue: changes are
-	// grouped by key and keys are processed in order of first arrival.
-	// Its lock is held while a batch is applied, because it computes a
-	// relist's tombstones from the cache.
-	DeltaFIFOQueue
-)
-
 // Lifecycle errors of an Informer.
 var (
 	// ErrStarted is returned by Informer.Run, and reported by
@@ -70,9 +54,6 @@ type InformerOptions[K comparable, T any] struct {
 	// own (see HandlerOptions.ResyncPeriod). Zero means no resync.
 	ResyncPeriod time.Duration
 
-	// Queue selects the queue; the zero value is InOrderQueue.
-	Queue QueueKind
-
 	// BatchSize is the most queue entries applied in one step; zero
 	// means 256.
 	BatchSize int
@@ -80,8 +61,8 @@ type InformerOptions[K comparable, T any] struct {
 	// ResourceVersion, if set, returns an object's version. A relist
 	// that finds an object at the version already cached (and, with
 	// SameObject, the same object) then offers it only to handlers due
-	// for a resync, like client-go, and with the in-order queue the cache
-	// keeps the value it holds; without it, every relisted object is
+	// for a resync, like client-go, and the cache keeps the value it
+	// holds; without it, every relisted object is
 	// delivered to every handler as an update. If it panics, the
 	// relisted state is left out, as SameObject's panic leaves it.
 	ResourceVersion func(obj T) string
@@ -154,15 +135,14 @@ type InformerOptions[K comparable, T any] struct {
 // List, All, ByIndex and friends; it must not be written to except by the
 // informer.
 type Informer[K comparable, T any] struct {
-	lw      ListWatcher[T]
-	opts    InformerOptions[K, T]
-	logger  *slog.Logger
-	logs    logLimiter
-	cache   *Indexer[K, T]
-	proc    processor[K, T]
-	inOrder *inOrderQueue[K, T] // one of inOrder
-	fifo    *DeltaFIFO[K, T]    // and fifo
-	// listing is the list the in-order queue is handing over in chunks;
+	lw     ListWatcher[T]
+	opts   InformerOptions[K, T]
+	logger *slog.Logger
+	logs   logLimiter
+	cache  *Indexer[K, T]
+	proc   processor[K, T]
+	queue  *inOrderQueue[K, T]
+	// listing is the list the queue is handing over in chunks;
 	// only the goroutine applying the queue's entries uses it.
 	listing *listing[K, T]
 
@@ -174,7 +154,7 @@ type Informer[K comparable, T any] struct {
 	// change, list or bookmark applied. Guarded by applyMu.
 	appliedRV string
 	// partial says whether the cache holds part of the change at
-	// appliedRV (in-order queue). Guarded by applyMu.
+	// appliedRV. Guarded by applyMu.
 	partial partialChange
 	// versions tells waiters the version the cache has applied; the
 	// goroutine applying publishes to it after each batch.
@@ -190,9 +170,8 @@ type Informer[K comparable, T any] struct {
 	// handed the cache (a late handler); one added before, even while
 	// Run loads, is one registered before Run. Guarded by applyMu.
 	live bool
-	// applied counts the queue's entries (keys, for the DeltaFIFO)
-	// applied; measured receives how long a sample of them waited. Both
-	// belong to the goroutine applying.
+	// applied counts the queue's entries applied; measured receives how
+	// long a sample of them waited. Both belong to the goroutine applying.
 	applied  uint64
 	measured InformerMetrics
 	// applying is the change being applied while SameObject or
@@ -242,20 +221,7 @@ func NewInformer[K comparable, T any](lw ListWatcher[T], opts InformerOptions[K,
 	inf.failure.last = inf.lastFailure
 	inf.proc.report, inf.proc.logger = inf.report, logger
 	inf.proc.resyncMoved = make(chan struct{}, 1)
-	switch opts.Queue {
-	case DeltaFIFOQueue:
-		inf.fifo = NewDeltaFIFO(DeltaFIFOOptions[K, T]{
-			KeyFunc:      opts.KeyFunc,
-			KnownObjects: inf.cache,
-			// Replaced, not Sync, so that objects a relist finds
-			// changed reach every handler, not only those due for a
-			// resync.
-			EmitDeltaTypeReplaced: true,
-			Transform:             opts.Transform,
-		})
-	default:
-		inf.inOrder = newInOrderQueue(opts.KeyFunc, opts.Transform)
-	}
+	inf.queue = newInOrderQueue(opts.KeyFunc, opts.Transform)
 	return inf
 }
 
@@ -286,7 +252,10 @@ func (inf *Informer[K, T]) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
-	cp := newCheckpointer(inf, inf.opts.Checkpoint)
+	cp := newCheckpointer(checkpointSeam[T](inf), inf.opts.Name, func(err error) {
+		inf.checkpointErrors.Add(1)
+		inf.report(err)
+	}, inf.logger, inf.opts.Checkpoint)
 	r := inf.newReflector()
 	var im InformerMetrics
 	if inf.opts.Metrics != nil {
@@ -305,16 +274,14 @@ func (inf *Informer[K, T]) Run(ctx context.Context) error {
 		// Not under applyMu: AddEventHandler goes on meanwhile, and the
 		// handlers it adds are not handed a cache half filled (see live).
 		rv = cp.load(func(version string) {
-			if inf.inOrder != nil {
-				early = startEarly(ctx, r, version, inf.resumed)
-			}
+			early = startEarly(ctx, r, version, inf.resumed)
 		})
 		if early != nil && rv == "" {
 			// The checkpoint turned out unusable: what the Reflector
 			// queued meanwhile was about a state the cache never held.
 			early.stop()
 			early = nil
-			inf.inOrder.discard()
+			inf.queue.discard()
 			r = inf.newReflector()
 			if im != nil {
 				r.onListed = im.Listed
@@ -324,10 +291,8 @@ func (inf *Informer[K, T]) Run(ctx context.Context) error {
 	inf.applyMu.Lock()
 	// A handler added from now on is handed the cache as a late one.
 	if rv != "" {
-		if early == nil {
-			r.resumeFrom(rv, inf.resumed)
-		}
-		cp.resume(rv)
+		// The Reflector started from rv once load read it (early).
+		inf.resumeAt(rv)
 	}
 	inf.live = true
 	inf.versions.publish(inf.appliedRV, inf.partial.open)
@@ -369,19 +334,10 @@ func (inf *Informer[K, T]) newReflector() *Reflector[T] {
 		Logger:       inf.logger,
 		ListWatch:    inf.opts.ListWatch,
 	}
-	var store ReflectorStore[T] = inf.inOrder
-	if inf.fifo != nil {
-		store = fifoSyncWatch[K, T]{inf}
-	}
-	r := NewReflector(inf.lw, store, ropts)
+	r := NewReflector[T](inf.lw, inf.queue, ropts)
 	inf.reflector.Store(r)
 	return r
 }
 
 // queueArrivals returns the queue's sampler of waiting times.
-func (inf *Informer[K, T]) queueArrivals() *arrivals {
-	if inf.fifo != nil {
-		return &inf.fifo.arrivals
-	}
-	return &inf.inOrder.arrivals
-}
+func (inf *Informer[K, T]) queueArrivals() *arrivals { return &inf.queue.arrivals }

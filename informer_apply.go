@@ -2,7 +2,6 @@ package mirror
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 )
@@ -24,24 +23,11 @@ func afterFunc(ctx context.Context, f func()) (stop func()) {
 
 // applyLoop pops and applies batches until ctx ends.
 func (inf *Informer[K, T]) applyLoop(ctx context.Context) {
-	if inf.fifo != nil {
-		for {
-			err := inf.fifo.PopBatch(ctx, inf.opts.BatchSize, inf.applyDeltas)
-			if ctx.Err() != nil || errors.Is(err, ErrClosed) {
-				return
-			}
-			if err != nil {
-				inf.applyErrors.Add(1)
-				inf.report(err)
-			}
-			inf.checkFIFOSynced()
-		}
-	}
-	defer afterFunc(ctx, inf.inOrder.interrupt)()
+	defer afterFunc(ctx, inf.queue.interrupt)()
 	batch := make([]inOrderEntry[K, T], 0, inf.opts.BatchSize)
 	for {
 		var err error
-		batch, err = inf.inOrder.popBatch(ctx, inf.opts.BatchSize, batch[:0])
+		batch, err = inf.queue.popBatch(ctx, inf.opts.BatchSize, batch[:0])
 		if err != nil {
 			return
 		}
@@ -60,56 +46,8 @@ func (inf *Informer[K, T]) measureWait() {
 	}
 }
 
-// applyDeltas applies a DeltaFIFO batch; it runs with the queue's lock
-// held, so a relist cannot compute tombstones from a cache that has not
-// yet applied these deltas.
-func (inf *Informer[K, T]) applyDeltas(batch []QueuedDeltas[K, T]) error {
-	inf.applyMu.Lock()
-	defer inf.applyMu.Unlock()
-	for i, j := 0, 0; i < len(batch); {
-		i, j = inf.applyDeltasFrom(batch, i, j)
-	}
-	inf.applying = applyCall[K, T]{} // drop the reference to an object
-	// Keys pop in the order they were first queued, not in the order of
-	// their changes: the cache is at a version only once the queue has
-	// drained.
-	if v, drained := inf.fifo.drainedVersionLocked(); drained && v != "" {
-		inf.appliedRV = v
-		inf.versions.publish(v, false)
-	}
-	inf.proc.publish()
-	inf.applied += uint64(len(batch))
-	inf.measureWait()
-	return nil
-}
-
-// applyDeltasFrom applies batch from the j-th delta of its i-th key on,
-// and returns len(batch), 0. If SameObject or ResourceVersion panics on a
-// delta, it undoes that delta (see undoApplying) and returns the position
-// of the next, and the caller goes on from there: one deferred call per
-// batch, not per delta.
-func (inf *Informer[K, T]) applyDeltasFrom(batch []QueuedDeltas[K, T], i, j int) (ni, nj int) {
-	defer func() {
-		if inf.applying.fn != noCallback {
-			if v := recover(); v != nil {
-				inf.undoApplying(v)
-				if nj++; nj == len(batch[ni].Deltas) {
-					ni, nj = ni+1, 0
-				}
-			}
-		}
-	}()
-	for ni, nj = i, j; ni < len(batch); ni, nj = ni+1, 0 {
-		item := &batch[ni]
-		for ; nj < len(item.Deltas); nj++ {
-			d := item.Deltas[nj]
-			inf.applyDelta(item.Key, d, item.IsInInitialList, deltaOrigin(d, item.IsInInitialList))
-		}
-	}
-	return ni, nj
-}
-
-// applyEntries applies an in-order batch. The queue's lock is not held:
+// applyEntries applies a batch of the queue's entries. The queue's lock
+// is not held:
 // only this goroutine writes the cache, so each entry sees the cache as
 // every earlier entry left it.
 func (inf *Informer[K, T]) applyEntries(batch []inOrderEntry[K, T]) {
@@ -151,16 +89,14 @@ func (inf *Informer[K, T]) applyEntriesFrom(batch []inOrderEntry[K, T], i int) (
 func (inf *Informer[K, T]) applyEntry(e *inOrderEntry[K, T]) {
 	initial := e.completesSync && !inf.synced.Load()
 	switch e.kind {
-	case entryAdded:
-		inf.applyDelta(e.key, Delta[T]{Type: Added, Object: e.obj}, false, OriginLive)
-	case entryUpdated:
-		inf.applyDelta(e.key, Delta[T]{Type: Updated, Object: e.obj}, false, OriginLive)
+	case entryAdded, entryUpdated:
+		inf.applySet(e.key, e.obj, false, false, OriginLive)
 	case entryDeleted:
-		inf.applyDelete(e.key, Delta[T]{Type: Deleted, Object: e.obj}, false, OriginLive)
+		inf.applyDelete(e.key, e.obj, false, false)
 	case entryDeletedKeyOnly:
-		inf.applyDelete(e.key, Delta[T]{Type: Deleted, Object: e.obj}, true, OriginLive)
+		inf.applyDelete(e.key, e.obj, true, false)
 	case entryEvicted:
-		inf.applyDelete(e.key, Delta[T]{Type: Deleted, Tombstone: true}, true, OriginLive)
+		inf.applyDelete(e.key, e.obj, true, true)
 	case entryListChunk:
 		inf.applyListPart(e.part, e.initialList)
 	case entryListEnd:
@@ -190,7 +126,7 @@ func (inf *Informer[K, T]) entryApplied(e *inOrderEntry[K, T]) {
 	}
 }
 
-// listing is the list whose chunks the in-order queue is handing over.
+// listing is the list whose chunks the queue is handing over.
 type listing[K comparable, T any] struct {
 	// direct is set if the cache was empty when the list began: its
 	// chunks are applied as they come, since nothing is cached that the
@@ -227,7 +163,7 @@ func (inf *Informer[K, T]) applyListPart(part *listPart[K, T], initialList bool)
 	inf.applyPart(part, initialList && !inf.synced.Load())
 }
 
-// applyPart applies the objects of a list chunk as Replaced deltas.
+// applyPart applies the objects of a list chunk.
 func (inf *Informer[K, T]) applyPart(part *listPart[K, T], initial bool) {
 	for i := 0; i < len(part.objs); {
 		i = inf.applyPartFrom(part, i, initial)
@@ -236,7 +172,7 @@ func (inf *Informer[K, T]) applyPart(part *listPart[K, T], initial bool) {
 
 // applyPartFrom applies the objects of part from the i-th on, as
 // applyPart, and returns len(part.objs). If SameObject or ResourceVersion
-// panics on one, it undoes that object's delta (see undoApplying) and
+// panics on one, it undoes that object's change (see undoApplying) and
 // returns the position of the next: one deferred call per chunk, not per
 // object.
 func (inf *Informer[K, T]) applyPartFrom(part *listPart[K, T], i int, initial bool) (next int) {
@@ -257,7 +193,7 @@ func (inf *Informer[K, T]) applyPartFrom(part *listPart[K, T], i int, initial bo
 			skip = skip[1:]
 			continue
 		}
-		inf.applyDelta(part.keys[next], Delta[T]{Type: Replaced, Object: part.objs[next]}, initial, listOrigin(initial))
+		inf.applySet(part.keys[next], part.objs[next], true, initial, listOrigin(initial))
 	}
 	return next
 }
@@ -318,49 +254,44 @@ func (inf *Informer[K, T]) deleteKeys(gone []K, origin Origin) {
 	}
 }
 
-// applyDelta updates the cache with one delta and notifies the handlers,
-// with origin, which identity changes keep (see SameObject).
-func (inf *Informer[K, T]) applyDelta(key K, d Delta[T], initial bool, origin Origin) {
-	switch d.Type {
-	case Deleted:
-		inf.applyDelete(key, d, false, origin)
-	default: // Added, Updated, Replaced, Sync
-		old, existed, err := inf.cache.Set(key, d.Object)
-		if err != nil {
-			inf.applyErrors.Add(1)
-			inf.report(err)
-			return
-		}
-		if existed && d.Type != Sync && inf.opts.SameObject != nil {
-			inf.applying = applyCall[K, T]{fn: inSameObject, key: key, old: old}
-			same := inf.opts.SameObject(old, d.Object)
-			inf.applying.fn = noCallback
-			if !same {
-				// The key now names another object: the one cached
-				// left the source unseen (deleted, then the key
-				// re-created), so an update from one to the other
-				// would be a lie.
-				inf.proc.distribute(notification[K, T]{kind: notifyDelete, key: key, obj: old, unknown: true, origin: origin}, false)
-				existed = false
-			}
-		}
-		if !existed {
-			inf.proc.distribute(notification[K, T]{kind: notifyAdd, key: key, obj: d.Object, initial: initial, origin: origin}, false)
-			return
-		}
-		isSync := d.Type == Sync
-		if d.Type == Replaced && inf.opts.ResourceVersion != nil {
-			inf.applying = applyCall[K, T]{fn: inResourceVersion, key: key, old: old}
-			isSync = inf.opts.ResourceVersion(old) == inf.opts.ResourceVersion(d.Object)
-			inf.applying.fn = noCallback
-		}
-		if isSync {
-			// Unchanged: offered, as a resync, to the handlers due
-			// for one.
-			origin = OriginResync
-		}
-		inf.proc.distribute(notification[K, T]{kind: notifyUpdate, key: key, old: old, obj: d.Object, origin: origin}, isSync)
+// applySet stores obj under key and notifies the handlers, with origin,
+// which identity changes keep (see SameObject). listed says that a list
+// found obj, which ResourceVersion may find unchanged; initial that the
+// list completes the informer's first sync.
+func (inf *Informer[K, T]) applySet(key K, obj T, listed, initial bool, origin Origin) {
+	old, existed, err := inf.cache.Set(key, obj)
+	if err != nil {
+		inf.applyErrors.Add(1)
+		inf.report(err)
+		return
 	}
+	if existed && inf.opts.SameObject != nil {
+		inf.applying = applyCall[K, T]{fn: inSameObject, key: key, old: old}
+		same := inf.opts.SameObject(old, obj)
+		inf.applying.fn = noCallback
+		if !same {
+			// The key now names another object: the one cached left
+			// the source unseen (deleted, then the key re-created), so
+			// an update from one to the other would be a lie.
+			inf.proc.distribute(notification[K, T]{kind: notifyDelete, key: key, obj: old, unknown: true, origin: origin}, false)
+			existed = false
+		}
+	}
+	if !existed {
+		inf.proc.distribute(notification[K, T]{kind: notifyAdd, key: key, obj: obj, initial: initial, origin: origin}, false)
+		return
+	}
+	unchanged := false
+	if listed && inf.opts.ResourceVersion != nil {
+		inf.applying = applyCall[K, T]{fn: inResourceVersion, key: key, old: old}
+		unchanged = inf.opts.ResourceVersion(old) == inf.opts.ResourceVersion(obj)
+		inf.applying.fn = noCallback
+	}
+	if unchanged {
+		// Offered, as a resync, to the handlers due for one.
+		origin = OriginResync
+	}
+	inf.proc.distribute(notification[K, T]{kind: notifyUpdate, key: key, old: old, obj: obj, origin: origin}, unchanged)
 }
 
 // applyCall is a change the cache has made while a user function judges
@@ -386,25 +317,26 @@ func (inf *Informer[K, T]) undoApplying(v any) {
 	inf.report(err)
 }
 
-// applyDelete removes key from the cache and notifies the handlers of the
-// Deleted delta d, with origin. keyOnly says that d's object holds only
-// the key.
-func (inf *Informer[K, T]) applyDelete(key K, d Delta[T], keyOnly bool, origin Origin) {
+// applyDelete removes key from the cache and notifies the handlers of a
+// deletion the watch saw, whose last state is obj. keyOnly says that obj
+// holds only the key; unknown that the deletion was not seen but
+// inferred (an eviction: see Evicter), so its final state is unknown.
+// Either way the handlers get the state the cache held instead.
+func (inf *Informer[K, T]) applyDelete(key K, obj T, keyOnly, unknown bool) {
 	old, existed := inf.cache.DeleteKey(key)
 	if !existed {
 		// Never applied here, so no handler has seen it: there is
-		// nothing to delete. (The in-order queue relies on this; it
-		// queues deletes without knowing the cache.)
+		// nothing to delete. (The queue relies on this; it queues
+		// deletes without knowing the cache.)
 		return
 	}
-	obj := d.Object
-	if d.Tombstone || keyOnly {
+	if keyOnly || unknown {
 		// The cache holds the last state this side applied. For a
 		// deletion the watch saw, that is the final state: every
 		// earlier change to the key was applied before it.
 		obj = old
 	}
-	inf.proc.distribute(notification[K, T]{kind: notifyDelete, key: key, obj: obj, unknown: d.Tombstone, origin: origin}, false)
+	inf.proc.distribute(notification[K, T]{kind: notifyDelete, key: key, obj: obj, unknown: unknown, origin: OriginLive}, false)
 }
 
 // listOrigin is the origin of what a list finds: the initial list's if
@@ -417,20 +349,6 @@ func listOrigin(initial bool) Origin {
 	return OriginRelist
 }
 
-// deltaOrigin is the origin of a DeltaFIFO's delta d, popped with
-// isInInitialList: the watch's for a change or deletion it observed, a
-// list's for what a list queued (Replaced, a tombstone), a resync's for
-// Sync. An eviction's tombstone looks like a list's, and is taken for one.
-func deltaOrigin[T any](d Delta[T], isInInitialList bool) Origin {
-	switch {
-	case d.Type == Sync:
-		return OriginResync
-	case d.Type == Replaced, d.Tombstone:
-		return listOrigin(isInInitialList)
-	}
-	return OriginLive
-}
-
 func (inf *Informer[K, T]) markSynced() {
 	if inf.synced.Load() {
 		return
@@ -440,71 +358,4 @@ func (inf *Informer[K, T]) markSynced() {
 		close(inf.syncedCh)
 	})
 	inf.proc.signalSynced()
-}
-
-func (inf *Informer[K, T]) checkFIFOSynced() {
-	// HasSynced alone turns true as the last initial key is popped,
-	// before applyDeltas has applied it; processedInitial waits for that.
-	if inf.synced.Load() || !inf.fifo.processedInitial() {
-		return
-	}
-	// Under applyMu, the listeners have been told of every notification
-	// the initial list made.
-	inf.applyMu.Lock()
-	defer inf.applyMu.Unlock()
-	inf.markSynced()
-}
-
-// fifoSyncWatch is the Reflector's view of a DeltaFIFO: it notices when
-// the queue becomes synced without anything to pop (an empty first list).
-type fifoSyncWatch[K comparable, T any] struct{ inf *Informer[K, T] }
-
-func (s fifoSyncWatch[K, T]) Add(obj T) error { return s.after(s.inf.fifo.Add(obj)) }
-
-func (s fifoSyncWatch[K, T]) Update(obj T) error { return s.after(s.inf.fifo.Update(obj)) }
-
-func (s fifoSyncWatch[K, T]) Delete(obj T) error { return s.after(s.inf.fifo.Delete(obj)) }
-
-func (s fifoSyncWatch[K, T]) Resync() error { return s.inf.fifo.Resync() }
-
-func (s fifoSyncWatch[K, T]) Replace(list []T, rv string) error {
-	return s.after(s.inf.fifo.Replace(list, rv))
-}
-
-func (s fifoSyncWatch[K, T]) listChunk(items []T) error { return s.inf.fifo.listChunk(items) }
-
-func (s fifoSyncWatch[K, T]) listDone(rv string) error { return s.after(s.inf.fifo.listDone(rv)) }
-
-// event is the Reflector's path for every watch event. An addition or an
-// update queues its key, so the pop that applies it publishes the version
-// (one whose key or transform fails leaves it to the next event); only
-// the other events, which may queue nothing, look for a drained queue.
-func (s fifoSyncWatch[K, T]) event(ev Event[T]) error {
-	err := s.inf.fifo.event(ev)
-	if ev.Type == EventAdded || ev.Type == EventModified {
-		s.inf.checkFIFOSynced()
-		return err
-	}
-	return s.after(err)
-}
-
-func (s fifoSyncWatch[K, T]) listFailed() { s.inf.fifo.listFailed() }
-
-func (s fifoSyncWatch[K, T]) DeleteKeyOnly(obj T) error {
-	return s.after(s.inf.fifo.DeleteKeyOnly(obj))
-}
-func (s fifoSyncWatch[K, T]) Evict(obj T) error { return s.after(s.inf.fifo.Evict(obj)) }
-
-func (s fifoSyncWatch[K, T]) after(err error) error {
-	s.inf.checkFIFOSynced()
-	// A bookmark, or a list that found nothing changed, reaches a queue
-	// with nothing to pop: the cache is at its version all the same.
-	f := s.inf.fifo
-	f.mu.Lock()
-	if v, drained := f.drainedVersionLocked(); drained && v != "" {
-		// No pop is in progress while the lock is held.
-		s.inf.versions.publish(v, false)
-	}
-	f.mu.Unlock()
-	return err
 }

@@ -65,9 +65,9 @@ func (s *chunkedSource) listCalls() []mirror.ListOptions {
 }
 
 // newChunkedFixture is newFixture over a chunkedSource of chunks of two.
-func newChunkedFixture(t *testing.T, kind mirror.QueueKind, configure func(*mirror.InformerOptions[string, item])) (*fixture, *chunkedSource) {
+func newChunkedFixture(t *testing.T, configure func(*mirror.InformerOptions[string, item])) (*fixture, *chunkedSource) {
 	var cs *chunkedSource
-	f := newFixtureOver(t, kind, func(src *memsource.Source[item]) mirror.ListWatcher[item] {
+	f := newFixtureOver(t, func(src *memsource.Source[item]) mirror.ListWatcher[item] {
 		cs = &chunkedSource{Source: src, size: 2}
 		return cs
 	}, configure)
@@ -81,8 +81,8 @@ func putItems(src *memsource.Source[item], names ...string) {
 }
 
 func TestInformer_InitialListIsAppliedAsItsChunksArrive(t *testing.T) {
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-		f, src := newChunkedFixture(t, kind, nil)
+	synctest.Test(t, func(t *testing.T) {
+		f, src := newChunkedFixture(t, nil)
 		putItems(f.src, "a", "b", "c", "d", "e")
 		release := make(chan struct{})
 		src.between = func(_, chunks int) error {
@@ -112,8 +112,8 @@ func TestInformer_InitialListIsAppliedAsItsChunksArrive(t *testing.T) {
 }
 
 func TestInformer_RelistIntoAFullCacheIsAppliedAsOneStep(t *testing.T) {
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-		f, src := newChunkedFixture(t, kind, nil)
+	synctest.Test(t, func(t *testing.T) {
+		f, src := newChunkedFixture(t, nil)
 		putItems(f.src, "a", "b", "c", "d", "e")
 		rec := f.startRecording()
 
@@ -152,8 +152,8 @@ func TestInformer_RelistIntoAFullCacheIsAppliedAsOneStep(t *testing.T) {
 // gone, an update for each that is still listed and an add for the rest.
 // The informer is synced only after the retry.
 func TestInformer_InitialListFailingMidwayIsRetriedNoOlder(t *testing.T) {
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-		f, src := newChunkedFixture(t, kind, nil)
+	synctest.Test(t, func(t *testing.T) {
+		f, src := newChunkedFixture(t, nil)
 		putItems(f.src, "a", "b", "c", "d")
 		firstRV := fmt.Sprint(f.src.Revision())
 		src.between = func(list, _ int) error {

@@ -21,8 +21,8 @@ import (
 )
 
 func TestInformer_AddEventHandlerAfterRunReturnedFails(t *testing.T) {
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-		f := newFixture(t, kind, nil)
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, nil)
 		f.src.Put(item{Name: "a", Val: 1})
 		f.startRecording()
 		f.stop()
@@ -44,22 +44,22 @@ func TestInformer_AddEventHandlerFailsOnceRunsContextHasEnded(t *testing.T) {
 		name string
 		// start starts Run and returns its cancel, a function that lets
 		// it go on, and the channel its result comes on.
-		start func(t *testing.T, kind mirror.QueueKind) (*mirror.Informer[string, item], context.CancelFunc, func(), chan error)
+		start func(t *testing.T) (*mirror.Informer[string, item], context.CancelFunc, func(), chan error)
 	}{
-		{"while watching", func(t *testing.T, kind mirror.QueueKind) (*mirror.Informer[string, item], context.CancelFunc, func(), chan error) {
-			f := newFixture(t, kind, nil)
+		{"while watching", func(t *testing.T) (*mirror.Informer[string, item], context.CancelFunc, func(), chan error) {
+			f := newFixture(t, nil)
 			f.src.Put(item{Name: "a", Val: 1})
 			f.startRecording()
 			return f.inf, f.cancel, func() {}, f.done
 		}},
-		{"while loading a checkpoint", func(t *testing.T, kind mirror.QueueKind) (*mirror.Informer[string, item], context.CancelFunc, func(), chan error) {
-			inf, cancel, release, done := loadingInformer(t, kind, memsource.New(itemKey, memsource.Options{}), &errorLog{})
+		{"while loading a checkpoint", func(t *testing.T) (*mirror.Informer[string, item], context.CancelFunc, func(), chan error) {
+			inf, cancel, release, done := loadingInformer(t, memsource.New(itemKey, memsource.Options{}), &errorLog{})
 			return inf, cancel, release, done
 		}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-				inf, cancel, release, done := tt.start(t, kind)
+			synctest.Test(t, func(t *testing.T) {
+				inf, cancel, release, done := tt.start(t)
 				cancel()
 				late := &recorder{}
 				reg, err := inf.AddEventHandler(late, mirror.HandlerOptions{})
@@ -74,9 +74,9 @@ func TestInformer_AddEventHandlerFailsOnceRunsContextHasEnded(t *testing.T) {
 }
 
 func TestInformer_RemoveEventHandlerActsOnlyOnItsOwnRegistrations(t *testing.T) {
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-		f := newFixture(t, kind, nil)
-		other := newFixture(t, kind, nil)
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, nil)
+		other := newFixture(t, nil)
 		rec := &recorder{}
 		reg, err := f.inf.AddEventHandler(rec, mirror.HandlerOptions{})
 		require.NoError(t, err)
@@ -104,72 +104,68 @@ func TestInformer_HandlersAddedAndRemovedWhileRunReturnsAreNeverCalledAfter(t *t
 	if testing.Short() {
 		rounds = 50
 	}
-	for _, q := range queueKinds {
-		t.Run(q.name, func(t *testing.T) {
-			for round := range rounds {
-				src := memsource.New(itemKey, memsource.Options{})
-				for i := range 20 {
-					src.Put(item{Name: fmt.Sprint(i), Val: i})
+	for round := range rounds {
+		src := memsource.New(itemKey, memsource.Options{})
+		for i := range 20 {
+			src.Put(item{Name: fmt.Sprint(i), Val: i})
+		}
+		inf := mirror.NewInformer(src, mirror.InformerOptions[string, item]{KeyFunc: itemKey})
+		var returned atomic.Bool
+		var lateCalls atomic.Int64
+		h := mirror.HandlerFuncs[item]{
+			AddFunc: func(item, bool) {
+				if returned.Load() {
+					lateCalls.Add(1)
 				}
-				inf := mirror.NewInformer(src, mirror.InformerOptions[string, item]{KeyFunc: itemKey, Queue: q.kind})
-				var returned atomic.Bool
-				var lateCalls atomic.Int64
-				h := mirror.HandlerFuncs[item]{
-					AddFunc: func(item, bool) {
-						if returned.Load() {
-							lateCalls.Add(1)
-						}
-					},
-					UpdateFunc: func(item, item) {
-						if returned.Load() {
-							lateCalls.Add(1)
-						}
-					},
+			},
+			UpdateFunc: func(item, item) {
+				if returned.Load() {
+					lateCalls.Add(1)
 				}
-				ctx, cancel := context.WithCancel(t.Context())
-				done := make(chan error, 1)
-				go func() {
-					err := inf.Run(ctx)
-					returned.Store(true)
-					done <- err
-				}()
+			},
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() {
+			err := inf.Run(ctx)
+			returned.Store(true)
+			done <- err
+		}()
 
-				var wg sync.WaitGroup
-				for range 4 {
-					wg.Go(func() {
-						for i := range 10 {
-							reg, err := inf.AddEventHandler(h, mirror.HandlerOptions{})
-							if err != nil {
-								assert.ErrorIs(t, err, mirror.ErrStopped)
-								return
-							}
-							if i%2 == 0 {
-								assert.NoError(t, inf.RemoveEventHandler(reg))
-							}
-						}
-					})
-				}
-				wg.Go(func() {
-					for i := range 50 {
-						src.Put(item{Name: fmt.Sprint(i % 20), Val: round*100 + i})
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				for i := range 10 {
+					reg, err := inf.AddEventHandler(h, mirror.HandlerOptions{})
+					if err != nil {
+						assert.ErrorIs(t, err, mirror.ErrStopped)
+						return
 					}
-				})
-				// Stop at a different point each round.
-				for range round % 7 {
-					runtime.Gosched()
+					if i%2 == 0 {
+						assert.NoError(t, inf.RemoveEventHandler(reg))
+					}
 				}
-				cancel()
-				require.NoError(t, <-done)
-				wg.Wait()
-
-				// After Run returned: registration fails, and nothing
-				// that was registered is called any more.
-				_, err := inf.AddEventHandler(h, mirror.HandlerOptions{})
-				require.ErrorIs(t, err, mirror.ErrStopped)
-				src.Put(item{Name: "after", Val: 1})
-				require.Zero(t, lateCalls.Load(), "round %d: a handler was called after Run returned", round)
+			})
+		}
+		wg.Go(func() {
+			for i := range 50 {
+				src.Put(item{Name: fmt.Sprint(i % 20), Val: round*100 + i})
 			}
 		})
+		// Stop at a different point each round.
+		for range round % 7 {
+			runtime.Gosched()
+		}
+		cancel()
+		require.NoError(t, <-done)
+		wg.Wait()
+
+		// After Run returned: registration fails, and nothing
+		// that was registered is called any more.
+		_, err := inf.AddEventHandler(h, mirror.HandlerOptions{})
+		require.ErrorIs(t, err, mirror.ErrStopped)
+		src.Put(item{Name: "after", Val: 1})
+		require.Zero(t, lateCalls.Load(), "round %d: a handler was called after Run returned", round)
 	}
 }
 
@@ -191,10 +187,10 @@ func (s *refusingSource) List(ctx context.Context, opts mirror.ListOptions) (mir
 
 func TestInformer_SourceThatRefusesForGoodEndsTheWaitForSync(t *testing.T) {
 	errForbidden := fmt.Errorf("source: 403 forbidden: %w", mirror.ErrPermanent)
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
+	synctest.Test(t, func(t *testing.T) {
 		src := &refusingSource{Source: memsource.New(itemKey, memsource.Options{}), err: errForbidden}
 		src.Put(item{Name: "a", Val: 1})
-		f := newFixtureOver(t, kind, func(*memsource.Source[item]) mirror.ListWatcher[item] { return src }, nil)
+		f := newFixtureOver(t, func(*memsource.Source[item]) mirror.ListWatcher[item] { return src }, nil)
 		reg, err := f.inf.AddEventHandler(&recorder{}, mirror.HandlerOptions{})
 		require.NoError(t, err)
 		f.start()
@@ -220,10 +216,10 @@ func TestInformer_SourceThatRefusesForGoodEndsTheWaitForSync(t *testing.T) {
 }
 
 func TestInformer_TransientFailuresNeverEndTheWaitForSync(t *testing.T) {
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
+	synctest.Test(t, func(t *testing.T) {
 		src := &refusingSource{Source: memsource.New(itemKey, memsource.Options{}),
 			err: fmt.Errorf("source: no leader: %w", mirror.ErrUnavailable)}
-		f := newFixtureOver(t, kind, func(*memsource.Source[item]) mirror.ListWatcher[item] { return src },
+		f := newFixtureOver(t, func(*memsource.Source[item]) mirror.ListWatcher[item] { return src },
 			func(o *mirror.InformerOptions[string, item]) { o.SyncFailureLimit = 1 })
 		f.start()
 

@@ -18,13 +18,14 @@ import (
 	"github.com/listwatch/mirror/memsource"
 )
 
-// changeLog records what a ChangeFunc is told.
+// changeLog records what a function registered with AddChangeHandler is
+// told.
 type changeLog struct {
 	mu      sync.Mutex
 	changes []mirror.Change[string, item]
 }
 
-func (c *changeLog) handler() mirror.ChangeFunc[string, item] {
+func (c *changeLog) handler() func(mirror.Change[string, item]) {
 	return func(ch mirror.Change[string, item]) {
 		c.mu.Lock()
 		defer c.mu.Unlock()
@@ -83,11 +84,11 @@ func withIdentity(o *mirror.InformerOptions[string, item]) {
 	o.ResourceVersion = func(it item) string { return strconv.Itoa(it.Val) }
 }
 
-// TestInformer_ChangeHandlerIsToldEachNotificationsOrigin pins where each
-// notification says it came from, on both queues, and that a plain
-// Handler registered beside the ChangeHandler gets the same
+// TestInformer_ChangeFunctionIsToldEachNotificationsOrigin pins where each
+// notification says it came from, and that a plain
+// Handler registered beside the function of changes gets the same
 // notifications as before, through OnAdd, OnUpdate and OnDelete.
-func TestInformer_ChangeHandlerIsToldEachNotificationsOrigin(t *testing.T) {
+func TestInformer_ChangeFunctionIsToldEachNotificationsOrigin(t *testing.T) {
 	initial := []string{"initial-list added a=1", "initial-list added b=1", "initial-list added c=1"}
 	tests := []struct {
 		name      string
@@ -157,8 +158,8 @@ func TestInformer_ChangeHandlerIsToldEachNotificationsOrigin(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-				f := newFixture(t, kind, tt.configure)
+			synctest.Test(t, func(t *testing.T) {
+				f := newFixture(t, tt.configure)
 				for _, n := range []string{"a", "b", "c"} {
 					f.src.Put(item{Name: n, Val: 1})
 				}
@@ -166,7 +167,7 @@ func TestInformer_ChangeHandlerIsToldEachNotificationsOrigin(t *testing.T) {
 				var reg *mirror.Registration
 				register := func() {
 					var err error
-					reg, err = f.inf.AddEventHandler(changes.handler(), tt.handler)
+					reg, err = f.inf.AddChangeHandler(changes.handler(), tt.handler)
 					require.NoError(t, err)
 					_, err = f.inf.AddEventHandler(plain, tt.handler)
 					require.NoError(t, err)
@@ -203,12 +204,12 @@ func TestInformer_ChangeHandlerIsToldEachNotificationsOrigin(t *testing.T) {
 func TestInformer_CheckpointReplayIsInitialList(t *testing.T) {
 	for _, compacted := range []bool{false, true} {
 		t.Run("compacted="+strconv.FormatBool(compacted), func(t *testing.T) {
-			forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
+			synctest.Test(t, func(t *testing.T) {
 				path := filepath.Join(t.TempDir(), "cp")
 				src := memsource.New(itemKey, memsource.Options{})
 				src.Put(item{Name: "a", Val: 1})
 				src.Put(item{Name: "b", Val: 1})
-				first := startCheckpointed(t, kind, src, path)
+				first := startCheckpointed(t, src, path)
 				first.stop(t) // writes the checkpoint
 
 				src.Put(item{Name: "a", Val: 2})
@@ -221,12 +222,12 @@ func TestInformer_CheckpointReplayIsInitialList(t *testing.T) {
 
 				changes := &changeLog{}
 				inf := mirror.NewInformer(src, mirror.InformerOptions[string, item]{
-					KeyFunc: itemKey, Queue: kind, SameObject: sameGen,
+					KeyFunc: itemKey, SameObject: sameGen,
 					ResourceVersion: func(it item) string { return strconv.Itoa(it.Val) },
 					Checkpoint:      mirror.CheckpointOptions[item]{Path: path},
 					ErrorHandler:    func(error) {},
 				})
-				_, err := inf.AddEventHandler(changes.handler(), mirror.HandlerOptions{})
+				_, err := inf.AddChangeHandler(changes.handler(), mirror.HandlerOptions{})
 				require.NoError(t, err)
 				ctx, cancel := context.WithCancel(t.Context())
 				done := make(chan error, 1)
@@ -250,24 +251,12 @@ func TestInformer_CheckpointReplayIsInitialList(t *testing.T) {
 	}
 }
 
-// TestInformer_AddEventHandlerRefusesAChangeHandlerOfAnotherKeyType pins
-// that a ChangeFunc whose key type is not the informer's is refused,
-// rather than called as a plain Handler (whose methods it does not
-// implement).
-func TestInformer_AddEventHandlerRefusesAChangeHandlerOfAnotherKeyType(t *testing.T) {
+func TestInformer_AddChangeHandlerRefusesANilFunction(t *testing.T) {
 	inf := mirror.NewInformer(memsource.New(itemKey, memsource.Options{}), mirror.InformerOptions[string, item]{KeyFunc: itemKey})
-	_, err := inf.AddEventHandler(mirror.ChangeFunc[int, item](func(mirror.Change[int, item]) {}), mirror.HandlerOptions{})
+	_, err := inf.AddChangeHandler(nil, mirror.HandlerOptions{})
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "OnChange")
-	_, err = inf.AddEventHandler(mirror.ChangeFunc[string, item](func(mirror.Change[string, item]) {}), mirror.HandlerOptions{})
+	_, err = inf.AddChangeHandler(func(mirror.Change[string, item]) {}, mirror.HandlerOptions{})
 	assert.NoError(t, err)
-}
-
-func TestChangeFunc_CalledAsAPlainHandlerPanics(t *testing.T) {
-	f := mirror.ChangeFunc[string, item](func(mirror.Change[string, item]) { t.Error("called without a key") })
-	assert.Panics(t, func() { f.OnAdd(item{}, false) })
-	assert.Panics(t, func() { f.OnUpdate(item{}, item{}) })
-	assert.Panics(t, func() { f.OnDelete(item{}, false) })
 }
 
 func TestOrigin_String(t *testing.T) {

@@ -106,8 +106,8 @@ func panicReports(t *testing.T, errs []error) []string {
 func TestInformer_PanickingCallbackSkipsOnlyThatObject(t *testing.T) {
 	for _, cb := range panickingCallbacks {
 		t.Run(cb.name, func(t *testing.T) {
-			forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-				f := newFixture(t, kind, cb.configure)
+			synctest.Test(t, func(t *testing.T) {
+				f := newFixture(t, cb.configure)
 				f.src.Put(item{Name: "a", Val: 1})
 				f.src.Put(item{Name: "b", Val: 1})
 				rec := f.startRecording()
@@ -169,8 +169,8 @@ func TestInformer_PanickingCallbackSkipsOnlyThatObjectOfTheInitialList(t *testin
 			continue
 		}
 		t.Run(cb.name, func(t *testing.T) {
-			forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-				f := newFixture(t, kind, cb.configure)
+			synctest.Test(t, func(t *testing.T) {
+				f := newFixture(t, cb.configure)
 				f.src.Put(item{Name: "a", Val: 1})
 				f.src.Put(item{Name: "b", Val: -1})
 				f.src.Put(item{Name: "c", Val: 1})
@@ -194,8 +194,8 @@ func TestInformer_PanickingCallbackSkipsOnlyThatObjectOfTheInitialList(t *testin
 }
 
 func TestInformer_DeletionWhoseTransformPanicsStillDeletes(t *testing.T) {
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-		f := newFixture(t, kind, func(o *mirror.InformerOptions[string, item]) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, func(o *mirror.InformerOptions[string, item]) {
 			o.Transform = func(it item) (item, error) {
 				if poisoned(it) {
 					panic("boom")

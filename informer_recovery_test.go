@@ -65,9 +65,9 @@ func undecodable(it item) *mirror.ObjectError {
 }
 
 func TestInformer_UndecodableValueLeavesTheMirrorAsAnUnknownDeletion(t *testing.T) {
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
+	synctest.Test(t, func(t *testing.T) {
 		wrap := func(src *memsource.Source[item]) mirror.ListWatcher[item] { return decodingSource{src} }
-		f := newFixtureOver(t, kind, wrap, func(o *mirror.InformerOptions[string, item]) {
+		f := newFixtureOver(t, wrap, func(o *mirror.InformerOptions[string, item]) {
 			o.ResourceVersion = func(it item) string { return strconv.Itoa(it.Val) }
 		})
 		for _, n := range []string{"a", "b"} {
@@ -111,8 +111,8 @@ func TestInformer_UndecodableValueLeavesTheMirrorAsAnUnknownDeletion(t *testing.
 func sameGen(cached, incoming item) bool { return cached.Gen == incoming.Gen }
 
 func TestInformer_RecreatedKeyIsADeleteThenAnAddNeverAnUpdate(t *testing.T) {
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-		f := newFixture(t, kind, func(o *mirror.InformerOptions[string, item]) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, func(o *mirror.InformerOptions[string, item]) {
 			o.SameObject = sameGen
 			o.ResourceVersion = func(it item) string { return strconv.Itoa(it.Val) }
 		})
@@ -156,8 +156,8 @@ func TestInformer_RecreatedKeyIsADeleteThenAnAddNeverAnUpdate(t *testing.T) {
 }
 
 func TestInformer_FreshnessFollowsTheSource(t *testing.T) {
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-		f := newFixture(t, kind, nil)
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, nil)
 		assert.Zero(t, f.inf.Freshness())
 		f.src.Put(item{Name: "a", Val: 1})
 		f.startRecording()

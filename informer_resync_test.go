@@ -77,8 +77,8 @@ func TestInformer_ResyncKeepsEveryHandlersPeriod(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-				f := newFixture(t, kind, func(o *mirror.InformerOptions[string, item]) { o.ResyncPeriod = tt.informer })
+			synctest.Test(t, func(t *testing.T) {
+				f := newFixture(t, func(o *mirror.InformerOptions[string, item]) { o.ResyncPeriod = tt.informer })
 				f.src.Put(item{Name: "a", Val: 1})
 				recs := make([]*recorder, len(tt.handlers))
 				add := func(i int) {
@@ -118,7 +118,7 @@ func TestInformer_ResyncKeepsEveryHandlersPeriod(t *testing.T) {
 // one that was due twice gets one resync for both.
 func TestInformer_ResyncNotLostWhileApplyLags(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := newFixture(t, mirror.InOrderQueue, lagIndex)
+		f := newFixture(t, lagIndex)
 		f.src.Put(item{Name: "a", Val: 1})
 		every1s, every2s := &recorder{}, &recorder{}
 		for rec, period := range map[*recorder]time.Duration{every1s: time.Second, every2s: 2 * time.Second} {
@@ -149,7 +149,7 @@ func TestInformer_ResyncNotLostWhileApplyLags(t *testing.T) {
 // must not be skipped, and the delays must not add up.
 func TestInformer_ResyncKeepsPeriodWhileApplyLagsByVaryingDelays(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := newFixture(t, mirror.InOrderQueue, lagIndex)
+		f := newFixture(t, lagIndex)
 		f.src.Put(item{Name: "a", Val: 1})
 		rec := &recorder{}
 		_, err := f.inf.AddEventHandler(rec, mirror.HandlerOptions{ResyncPeriod: time.Second})

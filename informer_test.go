@@ -36,23 +36,6 @@ func itemKey(it item) (string, error) {
 	return it.Name, nil
 }
 
-var queueKinds = []struct {
-	name string
-	kind mirror.QueueKind
-}{
-	{"InOrder", mirror.InOrderQueue},
-	{"DeltaFIFO", mirror.DeltaFIFOQueue},
-}
-
-// forEachQueue runs test once per queue kind, each in a synctest bubble.
-func forEachQueue(t *testing.T, test func(t *testing.T, kind mirror.QueueKind)) {
-	for _, q := range queueKinds {
-		t.Run(q.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) { test(t, q.kind) })
-		})
-	}
-}
-
 // event is one handler call, as a recorder saw it.
 type event struct {
 	Op      string // add, update, delete
@@ -161,13 +144,13 @@ func (l *errorLog) all() []error {
 	return slices.Clone(l.errs)
 }
 
-func newFixture(t *testing.T, kind mirror.QueueKind, configure func(*mirror.InformerOptions[string, item])) *fixture {
-	return newFixtureOver(t, kind, nil, configure)
+func newFixture(t *testing.T, configure func(*mirror.InformerOptions[string, item])) *fixture {
+	return newFixtureOver(t, nil, configure)
 }
 
 // newFixtureOver is newFixture whose informer reads the memsource through
 // wrap, if not nil.
-func newFixtureOver(t *testing.T, kind mirror.QueueKind, wrap func(*memsource.Source[item]) mirror.ListWatcher[item], configure func(*mirror.InformerOptions[string, item])) *fixture {
+func newFixtureOver(t *testing.T, wrap func(*memsource.Source[item]) mirror.ListWatcher[item], configure func(*mirror.InformerOptions[string, item])) *fixture {
 	f := &fixture{t: t, src: memsource.New(itemKey, memsource.Options{}), errs: &errorLog{}}
 	var lw mirror.ListWatcher[item] = f.src
 	if wrap != nil {
@@ -175,7 +158,6 @@ func newFixtureOver(t *testing.T, kind mirror.QueueKind, wrap func(*memsource.So
 	}
 	opts := mirror.InformerOptions[string, item]{
 		KeyFunc:      itemKey,
-		Queue:        kind,
 		ErrorHandler: f.errs.add,
 		Indexers: mirror.Indexers[item]{
 			"group": func(it item) ([]string, error) { return []string{it.Group}, nil },
@@ -250,8 +232,8 @@ func (f *fixture) sourceState() map[string]int {
 }
 
 func TestInformer_AddsUpdatesDeletesReachCacheAndHandler(t *testing.T) {
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-		f := newFixture(t, kind, nil)
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, nil)
 		f.src.Put(item{Name: "a", Group: "x", Val: 1})
 		rec := &recorder{}
 		reg, err := f.inf.AddEventHandler(rec, mirror.HandlerOptions{})
@@ -277,8 +259,8 @@ func TestInformer_AddsUpdatesDeletesReachCacheAndHandler(t *testing.T) {
 }
 
 func TestInformer_RelistDeliversTombstonesForMissedDeletes(t *testing.T) {
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-		f := newFixture(t, kind, func(o *mirror.InformerOptions[string, item]) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, func(o *mirror.InformerOptions[string, item]) {
 			// With versions, a relisted object that did not change
 			// (a) is a resync, not an update.
 			o.ResourceVersion = func(it item) string { return strconv.Itoa(it.Val) }
@@ -304,8 +286,8 @@ func TestInformer_RelistDeliversTombstonesForMissedDeletes(t *testing.T) {
 }
 
 func TestInformer_ResyncGoesOnlyToDueHandlers(t *testing.T) {
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-		f := newFixture(t, kind, nil)
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, nil)
 		f.src.Put(item{Name: "a", Val: 1})
 		fast, slow, never := &recorder{}, &recorder{}, &recorder{}
 		for h, period := range map[*recorder]time.Duration{fast: 10 * time.Second, slow: 30 * time.Second, never: -1} {
@@ -328,8 +310,8 @@ func TestInformer_ResyncGoesOnlyToDueHandlers(t *testing.T) {
 }
 
 func TestInformer_LateHandlerReplaysCacheAsInitialAdds(t *testing.T) {
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-		f := newFixture(t, kind, nil)
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, nil)
 		f.src.Put(item{Name: "a", Val: 1})
 		f.src.Put(item{Name: "b", Val: 1})
 		f.start()
@@ -357,8 +339,8 @@ func TestInformer_LateHandlerReplaysCacheAsInitialAdds(t *testing.T) {
 }
 
 func TestInformer_RegistrationSyncsPerHandler(t *testing.T) {
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-		f := newFixture(t, kind, nil)
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, nil)
 		for i := range 3 {
 			f.src.Put(item{Name: fmt.Sprint(i), Val: i})
 		}
@@ -385,8 +367,8 @@ func TestInformer_RegistrationSyncsPerHandler(t *testing.T) {
 }
 
 func TestInformer_EmptyInitialListSyncs(t *testing.T) {
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-		f := newFixture(t, kind, nil)
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, nil)
 		reg, err := f.inf.AddEventHandler(&recorder{}, mirror.HandlerOptions{})
 		require.NoError(t, err)
 		f.start()
@@ -396,8 +378,8 @@ func TestInformer_EmptyInitialListSyncs(t *testing.T) {
 }
 
 func TestInformer_RemovedHandlerGetsNothingMore(t *testing.T) {
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-		f := newFixture(t, kind, nil)
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, nil)
 		gate := make(chan struct{})
 		gone := &recorder{gate: gate}
 		stays := &recorder{}
@@ -433,8 +415,8 @@ func TestInformer_RemovedHandlerGetsNothingMore(t *testing.T) {
 }
 
 func TestInformer_TransformRunsBeforeCacheAndHandlers(t *testing.T) {
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-		f := newFixture(t, kind, func(o *mirror.InformerOptions[string, item]) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, func(o *mirror.InformerOptions[string, item]) {
 			o.Transform = func(it item) (item, error) {
 				it.Val *= 10
 				return it, nil
@@ -455,8 +437,8 @@ func TestInformer_TransformRunsBeforeCacheAndHandlers(t *testing.T) {
 }
 
 func TestInformer_IndexesFollowChanges(t *testing.T) {
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-		f := newFixture(t, kind, nil)
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, nil)
 		f.src.Put(item{Name: "a", Group: "x"})
 		f.src.Put(item{Name: "b", Group: "x"})
 		f.start()
@@ -481,7 +463,7 @@ func TestInformer_IndexesFollowChanges(t *testing.T) {
 
 func TestInformer_InOrderQueueDeliversInSourceOrder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := newFixture(t, mirror.InOrderQueue, nil)
+		f := newFixture(t, nil)
 		rec := &recorder{}
 		_, err := f.inf.AddEventHandler(rec, mirror.HandlerOptions{})
 		require.NoError(t, err)
@@ -515,9 +497,9 @@ func TestInformer_InOrderQueueDeliversInSourceOrder(t *testing.T) {
 }
 
 func TestInformer_StalledHandlerIsBoundedByKeys(t *testing.T) {
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
+	synctest.Test(t, func(t *testing.T) {
 		const keys, events = 1000, 100_000
-		f := newFixture(t, kind, nil)
+		f := newFixture(t, nil)
 		gate := make(chan struct{})
 		var stalledMu sync.Mutex
 		stalledSeen := map[string]int{}
@@ -591,8 +573,8 @@ func TestInformer_StalledHandlerIsBoundedByKeys(t *testing.T) {
 }
 
 func TestInformer_PanickingHandlerIsReportedAndOthersGoOn(t *testing.T) {
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-		f := newFixture(t, kind, nil)
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, nil)
 		bad := mirror.HandlerFuncs[item]{AddFunc: func(obj item, _ bool) { panic("boom " + obj.Name) }}
 		good := &recorder{}
 		_, err := f.inf.AddEventHandler(bad, mirror.HandlerOptions{})
@@ -619,8 +601,8 @@ func TestInformer_PanickingHandlerIsReportedAndOthersGoOn(t *testing.T) {
 }
 
 func TestInformer_FailingKeyFunctionSkipsOnlyThatObject(t *testing.T) {
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-		f := newFixture(t, kind, func(o *mirror.InformerOptions[string, item]) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, func(o *mirror.InformerOptions[string, item]) {
 			o.KeyFunc = func(it item) (string, error) {
 				if it.Group == "bad" {
 					return "", errors.New("bad group")
@@ -650,8 +632,8 @@ func TestInformer_FailingKeyFunctionSkipsOnlyThatObject(t *testing.T) {
 
 func TestInformer_FailingTransformLeavesTheChangeOutButNeverADeletion(t *testing.T) {
 	errNegative := errors.New("negative")
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-		f := newFixture(t, kind, func(o *mirror.InformerOptions[string, item]) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, func(o *mirror.InformerOptions[string, item]) {
 			o.Transform = func(it item) (item, error) {
 				if it.Val < 0 {
 					return it, errNegative
@@ -691,8 +673,8 @@ func TestInformer_FailingTransformLeavesTheChangeOutButNeverADeletion(t *testing
 }
 
 func TestInformer_ListReadInPagesIsAppliedWhole(t *testing.T) {
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-		f := newFixture(t, kind, func(o *mirror.InformerOptions[string, item]) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, func(o *mirror.InformerOptions[string, item]) {
 			o.ListWatch.PageSize = 2
 			o.KeyFunc = func(it item) (string, error) {
 				if it.Group == "bad" {
@@ -744,7 +726,7 @@ func TestInformer_ListReadInPagesIsAppliedWhole(t *testing.T) {
 
 func TestInformer_RunTwiceFails(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := newFixture(t, mirror.InOrderQueue, nil)
+		f := newFixture(t, nil)
 		f.start()
 		f.synced()
 		require.ErrorIs(t, f.inf.Run(t.Context()), mirror.ErrStarted)
@@ -762,7 +744,7 @@ func TestInformer_RunTwiceFails(t *testing.T) {
 func TestInformer_RelistDuringApplyLosesAndResurrectsNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		gate := make(chan struct{})
-		f := newFixture(t, mirror.InOrderQueue, func(o *mirror.InformerOptions[string, item]) {
+		f := newFixture(t, func(o *mirror.InformerOptions[string, item]) {
 			o.ResourceVersion = func(it item) string { return strconv.Itoa(it.Val) }
 			o.Indexers["gate"] = func(it item) ([]string, error) {
 				if it.Group == "slow" {
@@ -825,9 +807,9 @@ func (w keyOnlyWatcher) Next(ctx context.Context) (mirror.Event[item], error) {
 }
 
 func TestInformer_KeyOnlyDeletionReachesHandlersWithTheLastStateApplied(t *testing.T) {
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
+	synctest.Test(t, func(t *testing.T) {
 		wrap := func(src *memsource.Source[item]) mirror.ListWatcher[item] { return keyOnlyDeletes{src} }
-		f := newFixtureOver(t, kind, wrap, func(o *mirror.InformerOptions[string, item]) {
+		f := newFixtureOver(t, wrap, func(o *mirror.InformerOptions[string, item]) {
 			o.Transform = func(it item) (item, error) {
 				it.Group = "t-" + it.Group
 				return it, nil

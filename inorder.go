@@ -7,7 +7,7 @@ import (
 	"sync"
 )
 
-// inOrderQueue is the informer's default queue: one entry per change, in
+// inOrderQueue is the informer's queue: one entry per change, in
 // the order the source produced them, so the cache and the handlers see
 // changes to different keys in source order (a per-key queue such as
 // DeltaFIFO reorders them by first arrival of the key).

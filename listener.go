@@ -21,10 +21,12 @@ import (
 // per key, and does the same with everything published until pending has
 // drained.
 type listener[K comparable, T any] struct {
-	handler Handler[T]
-	// changes is handler as a ChangeHandler, if it is one: it is then
-	// called instead.
-	changes      ChangeHandler[K, T]
+	// call is the handler: a function of changes, or a Handler adapted
+	// to one (see handlerChanges).
+	call changeFunc[K, T]
+	// byChange says that call was registered as a function of changes
+	// (AddChangeHandler), not as a Handler.
+	byChange     bool
 	name         string // HandlerOptions.Name
 	changesOnly  bool   // HandlerOptions.ChangesOnly
 	report       func(error)
@@ -83,11 +85,13 @@ type ownNotification[K comparable, T any] struct {
 	n  notification[K, T]
 }
 
-func newListener[K comparable, T any](h Handler[T], resync time.Duration, maxBacklog int, report func(error), upstream func() bool) *listener[K, T] {
-	changes, _ := h.(ChangeHandler[K, T])
+// changeFunc is what a listener calls with each change; initial is set on
+// an add that belongs to the initial list (notification.initial).
+type changeFunc[K comparable, T any] func(c Change[K, T], initial bool)
+
+func newListener[K comparable, T any](call changeFunc[K, T], resync time.Duration, maxBacklog int, report func(error), upstream func() bool) *listener[K, T] {
 	return &listener[K, T]{
-		handler:      h,
-		changes:      changes,
+		call:         call,
 		report:       report,
 		upstream:     upstream,
 		resyncPeriod: resync,
@@ -395,7 +399,7 @@ func (l *listener[K, T]) run(ctx context.Context) {
 				l.delivered.Add(int64(i))
 				return
 			}
-			l.call(&batch[i])
+			l.deliver(&batch[i])
 			if batch[i].initial {
 				initial++
 			}
@@ -475,26 +479,15 @@ func (l *listener[K, T]) settle(next uint64) bool {
 // halt makes sure no handler call begins any more.
 func (l *listener[K, T]) halt() { l.state.Or(stateHalted) }
 
-// call runs the handler for n, recovering a panic.
-func (l *listener[K, T]) call(n *notification[K, T]) {
+// deliver runs the handler for n, recovering a panic.
+func (l *listener[K, T]) deliver(n *notification[K, T]) {
 	defer func() {
 		if v := recover(); v != nil {
 			l.panics.Add(1)
 			l.report(&HandlerPanicError{Handler: l.name, PanicError: *panicked(v)})
 		}
 	}()
-	if l.changes != nil {
-		l.changes.OnChange(Change[K, T]{Type: ChangeType(n.kind), Origin: n.origin, FinalStateUnknown: n.unknown, Key: n.key, Old: n.old, Object: n.obj})
-		return
-	}
-	switch n.kind {
-	case notifyAdd:
-		l.handler.OnAdd(n.obj, n.initial)
-	case notifyUpdate:
-		l.handler.OnUpdate(n.old, n.obj)
-	case notifyDelete:
-		l.handler.OnDelete(n.obj, n.unknown)
-	}
+	l.call(Change[K, T]{Type: ChangeType(n.kind), Origin: n.origin, FinalStateUnknown: n.unknown, Key: n.key, Old: n.old, Object: n.obj}, n.initial)
 }
 
 // slot is a key's pending notifications in bounded mode: one, or a delete

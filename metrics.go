@@ -89,10 +89,9 @@ type InformerStats struct {
 	// Objects is the number of objects in the cache.
 	Objects int
 	// QueueDepth is the number of entries waiting in the queue between
-	// the Reflector and the cache: changes, relists, resyncs with the
-	// in-order queue; keys with the DeltaFIFO.
+	// the Reflector and the cache: changes, list chunks, resyncs.
 	QueueDepth int
-	// QueueAdds counts the entries (keys, for the DeltaFIFO) ever queued.
+	// QueueAdds counts the entries ever queued.
 	QueueAdds int64
 	// Handlers are the registered handlers, in registration order.
 	Handlers []HandlerStats
@@ -135,27 +134,13 @@ func (inf *Informer[K, T]) Stats() InformerStats {
 	if r := inf.reflector.Load(); r != nil {
 		s.Reflector = r.Stats()
 	}
-	if inf.fifo != nil {
-		s.QueueDepth, s.QueueAdds = inf.fifo.stats()
-	} else {
-		s.QueueDepth, s.QueueAdds = inf.inOrder.stats()
-	}
+	s.QueueDepth, s.QueueAdds = inf.queue.stats()
 	return s
 }
 
 // appliedVersion returns the source's version the cache is at: that of
 // the last change, list or bookmark applied.
 func (inf *Informer[K, T]) appliedVersion() string {
-	if inf.fifo != nil {
-		inf.fifo.mu.Lock()
-		v, drained := inf.fifo.drainedVersionLocked()
-		inf.fifo.mu.Unlock()
-		if drained && v != "" {
-			// No pop is in progress while the lock is held: a drained
-			// queue means everything it was given is applied.
-			return v
-		}
-	}
 	inf.applyMu.Lock()
 	defer inf.applyMu.Unlock()
 	return inf.appliedRV

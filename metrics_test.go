@@ -59,9 +59,9 @@ func (m *recordedMetrics) Stop() {
 }
 
 func TestInformer_MetricsHearOfListsAndSampledLatencies(t *testing.T) {
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
+	synctest.Test(t, func(t *testing.T) {
 		m := &recordedMetrics{}
-		f := newFixture(t, kind, func(o *mirror.InformerOptions[string, item]) {
+		f := newFixture(t, func(o *mirror.InformerOptions[string, item]) {
 			o.Name = "items"
 			o.Metrics = m
 		})
@@ -106,8 +106,8 @@ func TestInformer_MetricsHearOfListsAndSampledLatencies(t *testing.T) {
 }
 
 func TestInformer_StatsSayWhatTheInformerHolds(t *testing.T) {
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-		f := newFixture(t, kind, nil)
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, nil)
 		for _, n := range []string{"a", "b", "c"} {
 			f.src.Put(item{Name: n, Val: 1})
 		}
@@ -146,7 +146,7 @@ func TestInformer_StatsSayWhatTheInformerHolds(t *testing.T) {
 }
 
 func TestInformer_StatsBeforeRun(t *testing.T) {
-	f := newFixture(t, mirror.InOrderQueue, nil)
+	f := newFixture(t, nil)
 	st := f.inf.Stats()
 	assert.Zero(t, st.Objects)
 	assert.Zero(t, st.Reflector)
@@ -154,8 +154,8 @@ func TestInformer_StatsBeforeRun(t *testing.T) {
 }
 
 func TestInformer_StatsCountTheChangesTheCacheRefused(t *testing.T) {
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-		f := newFixture(t, kind, func(o *mirror.InformerOptions[string, item]) {
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, func(o *mirror.InformerOptions[string, item]) {
 			o.Indexers = mirror.Indexers[item]{"val": func(it item) ([]string, error) {
 				if it.Val < 0 {
 					return nil, errors.New("no index for a negative value")

@@ -21,9 +21,9 @@ type notification[K comparable, T any] struct {
 	kind notifyKind
 	// initial is set on an add that belongs to the initial list (or to a
 	// late handler's replay); the handler has not synced until all of
-	// them are delivered. It is not origin == OriginInitialList: a
-	// DeltaFIFO hands the deltas of a key of the initial list together,
-	// a watch's among them.
+	// them are delivered. It is not origin == OriginInitialList: in
+	// bounded mode a merged notification keeps the most urgent origin of
+	// those it stands for, and stays an initial add if one of them was.
 	initial bool
 	// unknown is set on a delete whose final state is unknown.
 	unknown bool

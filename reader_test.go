@@ -27,8 +27,8 @@ func groupsOf(r mirror.Reader[string, item]) map[string][]string {
 }
 
 func TestInformer_IsAReaderOfItsCache(t *testing.T) {
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-		f := newFixture(t, kind, nil)
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, nil)
 		f.src.Put(item{Name: "a", Group: "x", Val: 1})
 		f.src.Put(item{Name: "b", Group: "y", Val: 1})
 		f.src.Put(item{Name: "c", Group: "x", Val: 1})
@@ -46,8 +46,8 @@ func TestInformer_IsAReaderOfItsCache(t *testing.T) {
 }
 
 func TestInformer_AddIndexersWhileRunningIndexesCachedAndLaterObjects(t *testing.T) {
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-		f := newFixture(t, kind, nil)
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, nil)
 		f.src.Put(item{Name: "a", Val: 1})
 		f.src.Put(item{Name: "b", Val: 2})
 		f.startRecording()

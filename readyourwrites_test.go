@@ -12,8 +12,8 @@ import (
 )
 
 func TestGetAfterWrite_WaitsUntilTheCacheHasTheRecordedWrite(t *testing.T) {
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-		f, ps := newPrefixFixture(t, kind)
+	synctest.Test(t, func(t *testing.T) {
+		f, ps := newPrefixFixture(t)
 		_, err := ps.Put(item{Name: "a", Group: "a", Val: 1})
 		require.NoError(t, err)
 		f.start()
@@ -54,7 +54,7 @@ func TestGetAfterWrite_WaitsUntilTheCacheHasTheRecordedWrite(t *testing.T) {
 
 func TestGetAfterWrite_KeyWithoutAPendingWriteDoesNotWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f, ps := newPrefixFixture(t, mirror.InOrderQueue)
+		f, ps := newPrefixFixture(t)
 		_, err := ps.Put(item{Name: "b", Group: "a", Val: 1})
 		require.NoError(t, err)
 		f.start()
@@ -76,7 +76,7 @@ func TestGetAfterWrite_KeyWithoutAPendingWriteDoesNotWait(t *testing.T) {
 
 func TestGetAfterWrite_BoundEndsInATypedErrorOrAReadOfTheSource(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f, ps := newPrefixFixture(t, mirror.InOrderQueue)
+		f, ps := newPrefixFixture(t)
 		f.start()
 		f.synced()
 		release := ps.pause()
@@ -102,7 +102,7 @@ func TestGetAfterWrite_BoundEndsInATypedErrorOrAReadOfTheSource(t *testing.T) {
 
 func TestRecordWrite_KeepsTheNewerVersionAndRefusesBadOnes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f, ps := newPrefixFixture(t, mirror.InOrderQueue)
+		f, ps := newPrefixFixture(t)
 		f.start()
 		f.synced()
 		release := ps.pause()

@@ -3,8 +3,6 @@ package mirror
 import (
 	"context"
 	"errors"
-	"fmt"
-	"reflect"
 )
 
 // Registration is a handler's registration with an Informer.
@@ -54,10 +52,7 @@ func (l *listener[K, T]) syncedChan() <-chan struct{} {
 // later change. Once the context given to Run has ended, even before Run
 // has returned, it returns ErrStopped.
 //
-// A handler that is also a ChangeHandler[K, T] (a ChangeFunc, say) is
-// called through OnChange instead, and told each notification's key and
-// Origin. One with an OnChange method of another signature (another key
-// type) is refused with an error, rather than called as a plain Handler.
+// To be told each notification's key and Origin, use AddChangeHandler.
 //
 // client-go's AddEventHandler(h) is AddEventHandler(h, HandlerOptions{})
 // here, and its AddEventHandlerWithResyncPeriod(h, p) is
@@ -66,9 +61,27 @@ func (inf *Informer[K, T]) AddEventHandler(h Handler[T], opts HandlerOptions) (*
 	if h == nil {
 		return nil, errors.New("mirror: AddEventHandler with a nil handler")
 	}
-	if err := checkChangeHandler[K](h); err != nil {
-		return nil, err
+	return inf.addHandler(handlerChanges[K](h), false, opts)
+}
+
+// AddChangeHandler registers f, which is called with each notification
+// as a Change: its type, its Origin and the object's key besides what a
+// Handler is told. It is AddEventHandler in every other way: f is called
+// one change at a time, on a goroutine of its own, in the order and under
+// the terms of Handler's calls (a handler added to a running informer is
+// first handed every cached object, as ChangeAdded with
+// OriginInitialList), and the errors are AddEventHandler's.
+func (inf *Informer[K, T]) AddChangeHandler(f func(Change[K, T]), opts HandlerOptions) (*Registration, error) {
+	if f == nil {
+		return nil, errors.New("mirror: AddChangeHandler with a nil function")
 	}
+	return inf.addHandler(func(c Change[K, T], _ bool) { f(c) }, true, opts)
+}
+
+// addHandler registers call, a handler's function of changes; byChange
+// says that it was registered as one (AddChangeHandler), for the
+// watchdog's logs.
+func (inf *Informer[K, T]) addHandler(call changeFunc[K, T], byChange bool, opts HandlerOptions) (*Registration, error) {
 	period := opts.ResyncPeriod
 	if period == 0 {
 		period = inf.opts.ResyncPeriod
@@ -79,8 +92,8 @@ func (inf *Informer[K, T]) AddEventHandler(h Handler[T], opts HandlerOptions) (*
 	if period > 0 && period < minResyncPeriod {
 		period = minResyncPeriod
 	}
-	l := newListener[K](h, period, opts.MaxBacklog, inf.report, inf.HasSynced)
-	l.name, l.changesOnly = opts.Name, opts.ChangesOnly
+	l := newListener(call, period, opts.MaxBacklog, inf.report, inf.HasSynced)
+	l.name, l.changesOnly, l.byChange = opts.Name, opts.ChangesOnly, byChange
 	l.stuckAfter = stuckAfter(opts.StuckAfter)
 
 	inf.applyMu.Lock()
@@ -105,20 +118,6 @@ func (inf *Informer[K, T]) AddEventHandler(h Handler[T], opts HandlerOptions) (*
 		return nil
 	}
 	return reg, nil
-}
-
-// checkChangeHandler returns an error if h has an OnChange method but is
-// not a ChangeHandler[K, T]: most likely a ChangeFunc of another key
-// type, which the informer would otherwise call as a plain Handler.
-func checkChangeHandler[K comparable, T any](h Handler[T]) error {
-	if _, ok := h.(ChangeHandler[K, T]); ok {
-		return nil
-	}
-	if m, ok := reflect.TypeOf(h).MethodByName("OnChange"); ok {
-		return fmt.Errorf("mirror: AddEventHandler: the handler's OnChange is %v, not OnChange(mirror.Change[%v, %v])",
-			m.Type, reflect.TypeFor[K](), reflect.TypeFor[T]())
-	}
-	return nil
 }
 
 // errForeignRegistration is RemoveEventHandler's error for a

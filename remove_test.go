@@ -37,7 +37,7 @@ func TestInformer_RemoveEventHandlerAndWaitWaitsForTheCallInProgress(t *testing.
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				f := newFixture(t, mirror.InOrderQueue, nil)
+				f := newFixture(t, nil)
 				gate := make(chan struct{})
 				rec := &recorder{gate: gate}
 				reg, err := f.inf.AddEventHandler(rec, mirror.HandlerOptions{})
@@ -102,7 +102,7 @@ func TestInformer_HandlerRemovesItself(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				f := newFixture(t, mirror.InOrderQueue, nil)
+				f := newFixture(t, nil)
 				var (
 					reg     *mirror.Registration
 					calls   []string

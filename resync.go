@@ -24,10 +24,8 @@ import (
 // it again, ordered after every notification distributed before, can
 // neither roll a handler back nor go ahead of a change. Who is due is
 // decided in that same step, so a round waiting to be applied is never
-// handed to the handlers found due by a later one. The in-order queue
-// applies a round in turn with the changes queued before it; with the
-// DeltaFIFO, whose consumer holds the queue's lock, the loop applies it
-// directly.
+// handed to the handlers found due by a later one. The queue applies a
+// round in turn with the changes queued before it.
 
 // resyncLoop runs the informer's resync rounds, from its first sync until
 // ctx ends.
@@ -42,8 +40,8 @@ func (inf *Informer[K, T]) resyncLoop(ctx context.Context) {
 	t := time.NewTimer(time.Hour)
 	t.Stop()
 	defer t.Stop()
-	// asked is the due time of the last round asked of the in-order
-	// queue: until the queue applies it, the schedule still says so.
+	// asked is the due time of the last round asked of the queue: until
+	// the queue applies it, the schedule still says so.
 	var asked time.Time
 	for {
 		due := p.nextResync()
@@ -60,16 +58,10 @@ func (inf *Informer[K, T]) resyncLoop(ctx context.Context) {
 			continue
 		case <-fire:
 		}
-		if inf.inOrder != nil {
-			asked = due
-			// One round waiting serves every handler due when it is
-			// applied, so a second is not queued behind it.
-			inf.inOrder.Resync()
-			continue
-		}
-		inf.applyMu.Lock()
-		inf.resyncLocked(time.Now())
-		inf.applyMu.Unlock()
+		asked = due
+		// One round waiting serves every handler due when it is applied,
+		// so a second is not queued behind it.
+		_ = inf.queue.Resync()
 	}
 }
 

@@ -182,12 +182,6 @@ func (e *StaleError) Unwrap() error { return e.Err }
 // order versions (InformerOptions.CompareVersions, VersionComparer) it
 // returns an error wrapping errors.ErrUnsupported. It may be called before
 // Run, and is safe for concurrent use.
-//
-// With the DeltaFIFO queue, which pops keys in the order they were first
-// queued rather than in the order of their changes, the cache is known to
-// be at a version only when the queue has drained: under a steady stream
-// of changes, a wait may last until the stream pauses. The default
-// in-order queue has no such limit.
 func (inf *Informer[K, T]) WaitForVersion(ctx context.Context, v string) error {
 	return inf.waitForVersion(ctx, v, nil, nil)
 }

@@ -28,8 +28,8 @@ func bounded(t *testing.T) context.Context {
 func revString(rev int64) string { return strconv.FormatInt(rev, 10) }
 
 func TestWaitForVersion_ReturnsOnceTheCacheHasAppliedIt(t *testing.T) {
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-		f := newFixture(t, kind, nil)
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, nil)
 		f.start()
 		f.synced()
 		want := revString(f.src.Revision() + 1)
@@ -67,8 +67,8 @@ func TestWaitForVersion_ReturnsOnceTheCacheHasAppliedIt(t *testing.T) {
 }
 
 func TestWaitForVersion_ContextEndReturnsItsErrorAndTheVersionReached(t *testing.T) {
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-		f := newFixture(t, kind, nil)
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, nil)
 		f.start()
 		f.synced()
 		reached := revString(f.src.Revision())
@@ -85,8 +85,8 @@ func TestWaitForVersion_ContextEndReturnsItsErrorAndTheVersionReached(t *testing
 }
 
 func TestWaitForVersion_ManyWaitersEachWokenByItsVersion(t *testing.T) {
-	forEachQueue(t, func(t *testing.T, kind mirror.QueueKind) {
-		f := newFixture(t, kind, nil)
+	synctest.Test(t, func(t *testing.T) {
+		f := newFixture(t, nil)
 		f.start()
 		f.synced()
 		base := f.src.Revision()
@@ -120,7 +120,7 @@ func TestWaitForVersion_ManyWaitersEachWokenByItsVersion(t *testing.T) {
 
 func TestWaitForVersion_InformerStopEndsTheWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := newFixture(t, mirror.InOrderQueue, nil)
+		f := newFixture(t, nil)
 		f.start()
 		f.synced()
 		done := make(chan error, 1)
@@ -135,7 +135,7 @@ func TestWaitForVersion_InformerStopEndsTheWait(t *testing.T) {
 
 func TestWaitForVersion_BadVersionIsATypedError(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := newFixture(t, mirror.InOrderQueue, nil)
+		f := newFixture(t, nil)
 		f.start()
 		f.synced()
 		for _, v := range []string{"", "abc", "-1", "1.5"} {
@@ -151,13 +151,13 @@ type unordered struct{ mirror.ListWatcher[item] }
 
 func TestWaitForVersion_WithoutAnOrderIsUnsupported(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := newFixtureOver(t, mirror.InOrderQueue, func(s *memsource.Source[item]) mirror.ListWatcher[item] {
+		f := newFixtureOver(t, func(s *memsource.Source[item]) mirror.ListWatcher[item] {
 			return unordered{s}
 		}, nil)
 		require.ErrorIs(t, f.inf.WaitForVersion(bounded(t), "2"), errors.ErrUnsupported)
 
 		// The option gives the order.
-		f = newFixtureOver(t, mirror.InOrderQueue, func(s *memsource.Source[item]) mirror.ListWatcher[item] {
+		f = newFixtureOver(t, func(s *memsource.Source[item]) mirror.ListWatcher[item] {
 			return unordered{s}
 		}, func(o *mirror.InformerOptions[string, item]) { o.CompareVersions = mirror.CompareDecimalVersions })
 		f.start()

@@ -136,8 +136,8 @@ func (p *processor[K, T]) wakeWatchdog() {
 // word.
 func (l *listener[K, T]) callName(state uint64) string {
 	kind := notifyKind(state >> stateKindShift & 3)
-	if l.changes != nil && kind != 0 {
-		return "OnChange(" + ChangeType(kind).String() + ")"
+	if l.byChange && kind != 0 {
+		return "change(" + ChangeType(kind).String() + ")"
 	}
 	switch kind {
 	case notifyAdd:

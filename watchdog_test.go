@@ -88,7 +88,7 @@ const stuckMsg = "mirror: handler"
 // cleanup does it if the test did not.
 func stuckFixture(t *testing.T, opts mirror.HandlerOptions) (*fixture, *logStore, chan struct{}, *mirror.Registration) {
 	logger, logs := newLogCapture()
-	f := newFixture(t, mirror.InOrderQueue, func(o *mirror.InformerOptions[string, item]) {
+	f := newFixture(t, func(o *mirror.InformerOptions[string, item]) {
 		o.Name = "things"
 		o.Logger = logger
 	})

@@ -126,9 +126,9 @@ func Watch[K comparable, T any](l *Loop[K], inf *mirror.Informer[K, T], opts mir
 		return nil, ErrStarted
 	}
 	q, priority := l.q, l.priority
-	reg, err := inf.AddEventHandler(mirror.ChangeFunc[K, T](func(c mirror.Change[K, T]) {
+	reg, err := inf.AddChangeHandler(func(c mirror.Change[K, T]) {
 		q.AddWithPriority(c.Key, priority(c.Origin))
-	}), opts)
+	}, opts)
 	if err != nil {
 		return nil, fmt.Errorf("reconcile: watch: %w", err)
 	}

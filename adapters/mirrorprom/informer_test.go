@@ -33,14 +33,6 @@ func itemKey(it item) (string, error) {
 	return it.Name, nil
 }
 
-var queueKinds = []struct {
-	name string
-	kind mirror.QueueKind
-}{
-	{"InOrder", mirror.InOrderQueue},
-	{"DeltaFIFO", mirror.DeltaFIFOQueue},
-}
-
 // faultySource is a memsource whose watches can be told to report the next
 // change as an object the source could not produce (an EventError), before
 // delivering it.
@@ -110,14 +102,10 @@ func (pi *pausingInformer) Applied(d time.Duration) {
 // away. Scraped through promhttp's handler, without a socket, so that the
 // informer runs on fake time.
 func TestMetrics_EachMetricMovesAsTheInformerWorks(t *testing.T) {
-	for _, q := range queueKinds {
-		t.Run(q.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) { testEachMetricMoves(t, q.kind) })
-		})
-	}
+	synctest.Test(t, testEachMetricMoves)
 }
 
-func testEachMetricMoves(t *testing.T, kind mirror.QueueKind) {
+func testEachMetricMoves(t *testing.T) {
 	m, registry := newMetrics(t)
 	src := &faultySource{Source: memsource.New(sourceKey, memsource.Options{})}
 	for _, name := range []string{"a", "b", "c"} {
@@ -128,7 +116,6 @@ func testEachMetricMoves(t *testing.T, kind mirror.QueueKind) {
 	inf := mirror.NewInformer(src, mirror.InformerOptions[string, item]{
 		Name:         "items",
 		KeyFunc:      itemKey,
-		Queue:        kind,
 		Metrics:      paused,
 		ErrorHandler: func(error) { reported.Add(1) },
 		ListWatch:    mirror.ListWatchOptions{WatchTimeout: time.Hour},
@@ -192,31 +179,29 @@ func testEachMetricMoves(t *testing.T, kind mirror.QueueKind) {
 	assert.Equal(t, get(before, "mirror_apply_latency_seconds_count")+1, get(s, "mirror_apply_latency_seconds_count"))
 	assert.Equal(t, 4.0, get(s, "mirror_handler_deliveries_total", "handler", "audit"))
 
-	if kind == mirror.InOrderQueue {
-		// The apply loop held between two batches: the queue backs up,
-		// and what waited says so once applied.
-		before = s
-		paused.hold.Store(true)
+	// The apply loop held between two batches: the queue backs up,
+	// and what waited says so once applied.
+	before = s
+	paused.hold.Store(true)
+	time.Sleep(time.Second)
+	src.Put(item{Name: "b", Val: 1})
+	synctest.Wait()
+	for i := range 3 {
 		time.Sleep(time.Second)
-		src.Put(item{Name: "b", Val: 1})
-		synctest.Wait()
-		for i := range 3 {
-			time.Sleep(time.Second)
-			src.Put(item{Name: "c", Val: i})
-		}
-		synctest.Wait()
-		s = scrapeNow()
-		assert.Equal(t, 3.0, get(s, "mirror_queue_depth"))
-		assert.Equal(t, get(before, "mirror_queue_adds_total")+4, get(s, "mirror_queue_adds_total"))
-		time.Sleep(5 * time.Second)
-		paused.release <- struct{}{}
-		synctest.Wait()
-		s = scrapeNow()
-		assert.Zero(t, get(s, "mirror_queue_depth"))
-		assert.GreaterOrEqual(t, get(s, "mirror_apply_latency_seconds_count")-get(before, "mirror_apply_latency_seconds_count"), 2.0)
-		assert.GreaterOrEqual(t, get(s, "mirror_apply_latency_seconds_sum")-get(before, "mirror_apply_latency_seconds_sum"), 5.0,
-			"the changes queued while the loop was held waited 5s at least")
+		src.Put(item{Name: "c", Val: i})
 	}
+	synctest.Wait()
+	s = scrapeNow()
+	assert.Equal(t, 3.0, get(s, "mirror_queue_depth"))
+	assert.Equal(t, get(before, "mirror_queue_adds_total")+4, get(s, "mirror_queue_adds_total"))
+	time.Sleep(5 * time.Second)
+	paused.release <- struct{}{}
+	synctest.Wait()
+	s = scrapeNow()
+	assert.Zero(t, get(s, "mirror_queue_depth"))
+	assert.GreaterOrEqual(t, get(s, "mirror_apply_latency_seconds_count")-get(before, "mirror_apply_latency_seconds_count"), 2.0)
+	assert.GreaterOrEqual(t, get(s, "mirror_apply_latency_seconds_sum")-get(before, "mirror_apply_latency_seconds_sum"), 5.0,
+		"the changes queued while the loop was held waited 5s at least")
 
 	// A handler that stalls: its backlog grows, the other's does not;
 	// what it waited for says so once delivered. Its deletes panic.

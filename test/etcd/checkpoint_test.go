@@ -30,14 +30,14 @@ type cpMirror struct {
 
 // startCPMirror runs a cpMirror of prefix through c with its checkpoint
 // at path, written when it stops, until stop or the end of the test.
-func startCPMirror(t *testing.T, c *clientv3.Client, prefix, path string, queue mirror.QueueKind) *cpMirror {
+func startCPMirror(t *testing.T, c *clientv3.Client, prefix, path string) *cpMirror {
 	t.Helper()
-	return startCPMirrorEvery(t, c, prefix, path, queue, 0)
+	return startCPMirrorEvery(t, c, prefix, path, 0)
 }
 
 // startCPMirrorEvery is startCPMirror with a checkpoint written every
 // interval too.
-func startCPMirrorEvery(t *testing.T, c *clientv3.Client, prefix, path string, queue mirror.QueueKind, interval time.Duration) *cpMirror {
+func startCPMirrorEvery(t *testing.T, c *clientv3.Client, prefix, path string, interval time.Duration) *cpMirror {
 	t.Helper()
 	m := &cpMirror{
 		lw:      etcdmirror.New(c, prefix, fastOptions),
@@ -47,7 +47,6 @@ func startCPMirrorEvery(t *testing.T, c *clientv3.Client, prefix, path string, q
 		done:    make(chan error, 1),
 	}
 	m.inf = etcdmirror.NewInformer(m.lw, etcdmirror.InformerOptions[[]byte]{
-		Queue:        queue,
 		ErrorHandler: m.errs.add,
 		ListWatch:    mirror.ListWatchOptions{InitialBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond},
 		Checkpoint:   mirror.CheckpointOptions[etcdmirror.KV]{Path: path, Interval: interval},
@@ -195,7 +194,7 @@ func TestCheckpoint_RestartTellsHandlersExactlyTheChangesMadeWhileDown(t *testin
 				putN(t, c, prefix, cpKeys)
 				putWithLease(t, c, prefix+"leased")
 
-				first := startCPMirror(t, c, prefix, path, q.kind)
+				first := startCPMirror(t, c, prefix, path)
 				before := first.awaitCurrent(t, c, prefix)
 				first.stop()
 				assert.Equal(t, etcdmirror.Stats{Lists: 1, ListRequests: 2, ListKeys: cpKeys + 1,
@@ -213,7 +212,7 @@ func TestCheckpoint_RestartTellsHandlersExactlyTheChangesMadeWhileDown(t *testin
 					want = d.relisted
 				}
 
-				second := startCPMirror(t, c, prefix, path, q.kind)
+				second := startCPMirror(t, c, prefix, path)
 				after := second.awaitCurrent(t, c, prefix)
 				second.stop()
 
@@ -276,7 +275,7 @@ func TestCheckpoint_UnusableFileIsReportedAndEtcdListedOnce(t *testing.T) {
 		},
 		"another prefix": func(t *testing.T, c *clientv3.Client, path string) {
 			putN(t, c, "/other/", 3)
-			other := startCPMirror(t, c, "/other/", path, mirror.InOrderQueue)
+			other := startCPMirror(t, c, "/other/", path)
 			other.awaitCurrent(t, c, "/other/")
 			other.stop()
 		},
@@ -288,14 +287,14 @@ func TestCheckpoint_UnusableFileIsReportedAndEtcdListedOnce(t *testing.T) {
 				c := newClient(t, m.endpoint())
 				path := filepath.Join(t.TempDir(), "checkpoint")
 				putN(t, c, prefix, cpKeys)
-				first := startCPMirror(t, c, prefix, path, q.kind)
+				first := startCPMirror(t, c, prefix, path)
 				before := first.awaitCurrent(t, c, prefix)
 				first.stop()
 
 				spoil(t, c, path)
 				changeWhileDown(t, c, prefix, before)
 
-				second := startCPMirror(t, c, prefix, path, q.kind)
+				second := startCPMirror(t, c, prefix, path)
 				after := second.awaitCurrent(t, c, prefix)
 				second.stop()
 				var ce *mirror.CheckpointError
@@ -311,7 +310,7 @@ func TestCheckpoint_UnusableFileIsReportedAndEtcdListedOnce(t *testing.T) {
 				}
 
 				// What the second wrote when it stopped is sound.
-				third := startCPMirror(t, c, prefix, path, q.kind)
+				third := startCPMirror(t, c, prefix, path)
 				third.awaitCurrent(t, c, prefix)
 				third.stop()
 				assert.Empty(t, third.errs.all())

@@ -53,7 +53,6 @@ func TestCheckpoint_WrittenWhileTransactionsStreamInHoldsWholeTransactions(t *te
 			txn()
 
 			inf := etcdmirror.NewInformer(etcdmirror.New(c, prefix, fastOptions), etcdmirror.InformerOptions[[]byte]{
-				Queue: q.kind,
 				ErrorHandler: func(err error) {
 					// fastOptions' short timeouts trip on a loaded machine;
 					// a watch opened again is not the point.

@@ -63,7 +63,7 @@ func TestGRPCProxy_MirrorListsWatchesDetectsSilenceAndConverges(t *testing.T) {
 	putN(t, p.direct, prefix, 1200)
 
 	lw := etcdmirror.New(p.client, prefix, proxyOptions)
-	inf, handlers, log := startInformer(t, lw, mirror.InOrderQueue, 1)
+	inf, handlers, log := startInformer(t, lw, 1)
 	requireInformerConverged(t, p.direct, prefix, inf, handlers)
 	st := lw.Stats()
 	assert.EqualValues(t, 1, st.Lists)
@@ -153,7 +153,7 @@ func TestGRPCProxy_WithoutMemberProgressNotificationsAQuietPrefixIsReWatchedNotR
 	putN(t, p.direct, prefix, 10)
 
 	lw := etcdmirror.New(p.client, prefix, proxyOptions)
-	inf, handlers, log := startInformer(t, lw, mirror.InOrderQueue, 1)
+	inf, handlers, log := startInformer(t, lw, 1)
 	require.Eventually(t, func() bool { return log.has(mirror.ErrUnavailable) }, convergeTimeout, 10*time.Millisecond,
 		"the proxy answers no progress request")
 	_, err := p.direct.Put(ctx, nthKey(prefix, 3), "changed")

@@ -113,10 +113,9 @@ func byKey[T any](calls []call[T]) map[string][]call[T] {
 // and its version is its ModRevision, so that a relist that finds a key
 // unchanged does not report it as updated. Pauses are short, so that tests
 // recover quickly.
-func identityOptions[T any](queue mirror.QueueKind, report func(error)) mirror.InformerOptions[string, etcdmirror.Object[T]] {
+func identityOptions[T any](report func(error)) mirror.InformerOptions[string, etcdmirror.Object[T]] {
 	return mirror.InformerOptions[string, etcdmirror.Object[T]]{
 		KeyFunc: etcdmirror.KeyOf[T],
-		Queue:   queue,
 		SameObject: func(cached, incoming etcdmirror.Object[T]) bool {
 			return cached.CreateRevision == incoming.CreateRevision
 		},

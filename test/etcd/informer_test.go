@@ -86,12 +86,11 @@ type etcdInformer[T any] = mirror.Informer[string, etcdmirror.Object[T]]
 // handlers, registered before Run, until the test ends, and waits until
 // it and every handler have synced. Its pauses are short, so that tests
 // recover quickly; what it reports goes to the returned errorLog.
-func startInformer[T any](t *testing.T, lw mirror.ListWatcher[etcdmirror.Object[T]], queue mirror.QueueKind, handlers int) (*etcdInformer[T], []*handlerRecord[T], *errorLog) {
+func startInformer[T any](t *testing.T, lw mirror.ListWatcher[etcdmirror.Object[T]], handlers int) (*etcdInformer[T], []*handlerRecord[T], *errorLog) {
 	t.Helper()
 	log := &errorLog{}
 	inf := mirror.NewInformer(lw, mirror.InformerOptions[string, etcdmirror.Object[T]]{
 		KeyFunc: etcdmirror.KeyOf[T],
-		Queue:   queue,
 		Name:    t.Name(),
 		ListWatch: mirror.ListWatchOptions{
 			InitialBackoff: 20 * time.Millisecond,
@@ -155,13 +154,9 @@ func requireInformerConverged[T any](t *testing.T, c *clientv3.Client, prefix st
 	}, convergeTimeout, 10*time.Millisecond)
 }
 
-var informerQueues = []struct {
-	name string
-	kind mirror.QueueKind
-}{
-	{"InOrder", mirror.InOrderQueue},
-	{"DeltaFIFO", mirror.DeltaFIFOQueue},
-}
+// informerQueues names the informer's queue in subtest names; the
+// informer has one since the DeltaFIFO queue went.
+var informerQueues = []struct{ name string }{{"InOrder"}}
 
 func TestInformer_CompactionWhileDisconnectedRelistsAndEachHandlerGetsOneUnknownDeletePerDeletedKey(t *testing.T) {
 	t.Parallel()
@@ -175,7 +170,7 @@ func TestInformer_CompactionWhileDisconnectedRelistsAndEachHandlerGetsOneUnknown
 			ctx := context.Background()
 			putN(t, direct, "/ioff/", 100)
 
-			inf, handlers, log := startInformer(t, etcdmirror.New(c, "/ioff/", fastOptions), q.kind, 2)
+			inf, handlers, log := startInformer(t, etcdmirror.New(c, "/ioff/", fastOptions), 2)
 			requireInformerConverged(t, direct, "/ioff/", inf, handlers)
 			known := make(map[string]etcdmirror.KV)
 			for k, o := range inf.All() {
@@ -243,7 +238,7 @@ func TestInformer_DecodeFailureIsReportedWithItsKeySkippedAndALaterGoodValueIsMi
 		require.NoError(t, err)
 	}
 
-	inf, handlers, log := startInformer(t, etcdmirror.NewTyped(c, "/idec/", decodeInt, etcdmirror.Options{}), mirror.InOrderQueue, 1)
+	inf, handlers, log := startInformer(t, etcdmirror.NewTyped(c, "/idec/", decodeInt, etcdmirror.Options{}), 1)
 	h := handlers[0]
 	assert.Equal(t, 16, inf.Len(), "the 16 good keys of the list are mirrored")
 
@@ -312,24 +307,24 @@ func (g gatedWatch[T]) Watch(ctx context.Context, opts mirror.WatchOptions) (mir
 // forEachQueueAndPrevValues runs test, in parallel, once per informer
 // queue and per adapter watch mode (without etcd's previous values, the
 // default, and with them), each against an etcd of its own.
-func forEachQueueAndPrevValues(t *testing.T, test func(t *testing.T, c *clientv3.Client, queue mirror.QueueKind, opts etcdmirror.Options)) {
+func forEachQueueAndPrevValues(t *testing.T, test func(t *testing.T, c *clientv3.Client, opts etcdmirror.Options)) {
 	t.Parallel()
 	for _, q := range informerQueues {
 		for _, prev := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/PrevValues=%v", q.name, prev), func(t *testing.T) {
 				t.Parallel()
 				m := startEtcd(t)
-				test(t, newClient(t, m.endpoint()), q.kind, etcdmirror.Options{PrevValues: prev})
+				test(t, newClient(t, m.endpoint()), etcdmirror.Options{PrevValues: prev})
 			})
 		}
 	}
 }
 
 func TestInformer_ObservedDeleteReachesHandlersWithTheLastValue(t *testing.T) {
-	forEachQueueAndPrevValues(t, func(t *testing.T, c *clientv3.Client, queue mirror.QueueKind, opts etcdmirror.Options) {
+	forEachQueueAndPrevValues(t, func(t *testing.T, c *clientv3.Client, opts etcdmirror.Options) {
 		ctx := context.Background()
 		putN(t, c, "/iod/", 3)
-		inf, handlers, log := startInformer(t, etcdmirror.New(c, "/iod/", opts), queue, 2)
+		inf, handlers, log := startInformer(t, etcdmirror.New(c, "/iod/", opts), 2)
 		_, err := c.Put(ctx, "/iod/00000001", "changed")
 		require.NoError(t, err)
 		_, err = c.Put(ctx, "/iod/new", "new")
@@ -356,7 +351,7 @@ func TestInformer_ObservedDeleteReachesHandlersWithTheLastValue(t *testing.T) {
 }
 
 func TestInformer_DeleteWhosePreviousValueWasCompactedReachesHandlersWithTheLastValue(t *testing.T) {
-	forEachQueueAndPrevValues(t, func(t *testing.T, c *clientv3.Client, queue mirror.QueueKind, opts etcdmirror.Options) {
+	forEachQueueAndPrevValues(t, func(t *testing.T, c *clientv3.Client, opts etcdmirror.Options) {
 		ctx := context.Background()
 		_, err := c.Put(ctx, "/ipc/k", "v")
 		require.NoError(t, err)
@@ -367,7 +362,7 @@ func TestInformer_DeleteWhosePreviousValueWasCompactedReachesHandlersWithTheLast
 		// deleted and etcd compacts at the deletion, which keeps the
 		// deletion but not the value before it.
 		gate := gatedWatch[etcdmirror.KV]{ListWatcher: etcdmirror.New(c, "/ipc/", opts), open: make(chan struct{})}
-		inf, handlers, log := startInformer(t, gate, queue, 2)
+		inf, handlers, log := startInformer(t, gate, 2)
 		require.Equal(t, 2, inf.Len())
 		last, ok := inf.GetByKey("/ipc/k")
 		require.True(t, ok)
@@ -404,7 +399,6 @@ func TestInformer_RunReturnsAfterCancelAndLeavesNoGoroutine(t *testing.T) {
 		lw := etcdmirror.New(c, "/igo/", etcdmirror.Options{ProgressInterval: 100 * time.Millisecond})
 		inf := mirror.NewInformer(lw, mirror.InformerOptions[string, etcdmirror.KV]{
 			KeyFunc:      etcdmirror.KeyOf[[]byte],
-			Queue:        q.kind,
 			ResyncPeriod: time.Second,
 			ErrorHandler: func(err error) { t.Errorf("%s: %v", q.name, err) },
 		})
@@ -456,7 +450,7 @@ func TestInformer_ValueThatStopsDecodingLeavesTheCacheAsARelistWould(t *testing.
 	ctx := context.Background()
 	_, err := c.Put(ctx, "/ibad/k", "1")
 	require.NoError(t, err)
-	inf, handlers, log := startInformer(t, etcdmirror.NewTyped(c, "/ibad/", decodeInt, etcdmirror.Options{}), mirror.InOrderQueue, 1)
+	inf, handlers, log := startInformer(t, etcdmirror.NewTyped(c, "/ibad/", decodeInt, etcdmirror.Options{}), 1)
 
 	_, err = c.Put(ctx, "/ibad/k", "no longer an int")
 	require.NoError(t, err)

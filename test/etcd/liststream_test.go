@@ -195,7 +195,7 @@ func TestInformer_ThroughTheGRPCProxyListsInPagesAndConverges(t *testing.T) {
 			putN(t, direct, "/pxi/", 1_000)
 			c := newClient(t, startGRPCProxy(t, direct))
 
-			inf, handlers, log := startInformer(t, etcdmirror.New(c, "/pxi/", fastOptions), q.kind, 1)
+			inf, handlers, log := startInformer(t, etcdmirror.New(c, "/pxi/", fastOptions), 1)
 			requireInformerConverged(t, direct, "/pxi/", inf, handlers)
 			ctx := context.Background()
 			_, err := direct.Delete(ctx, "/pxi/00000001")

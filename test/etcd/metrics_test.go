@@ -133,7 +133,6 @@ func TestMetrics_EtcdCutsAndCompactionMoveRestartsRelistsAndStaleness(t *testing
 			log := &errorLog{}
 			inf := etcdmirror.NewInformer(etcdmirror.New(newClient(t, p.endpoint()), prefix, fastOptions), etcdmirror.InformerOptions[[]byte]{
 				Name:         srv.name,
-				Queue:        q.kind,
 				Metrics:      metrics,
 				ErrorHandler: log.add,
 				ListWatch:    mirror.ListWatchOptions{InitialBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond},

@@ -54,7 +54,7 @@ func TestInformer_KeyRecreatedWhileCutOffFromThreeMembersIsOneDeleteThenOneAdd(t
 			putN(t, others, prefix, 40)
 
 			log := &errorLog{}
-			opts := identityOptions[[]byte](q.kind, log.add)
+			opts := identityOptions[[]byte](log.add)
 			r, err := runInformer(etcdmirror.New(newClient(t, p.endpoint()), prefix, fastOptions), opts)
 			require.NoError(t, err)
 			t.Cleanup(func() { assert.NoError(t, r.stop()) })

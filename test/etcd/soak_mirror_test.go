@@ -17,7 +17,6 @@ import (
 // and its handlers, whose accounting is their own.
 type soakEpoch struct {
 	n          int
-	queue      mirror.QueueKind
 	prevValues bool
 	resync     time.Duration // the informer's ResyncPeriod
 	run        *runningInformer[string]
@@ -35,15 +34,15 @@ type soakHandler struct {
 }
 
 func (e *soakEpoch) String() string {
-	return fmt.Sprintf("mirror %d (%s queue, PrevValues %v, ResyncPeriod %v)", e.n, queueName(e.queue), e.prevValues, e.resync)
+	return fmt.Sprintf("mirror %d (PrevValues %v, ResyncPeriod %v)", e.n, e.prevValues, e.resync)
 }
 
 // startEpoch starts a new mirror on the phase's queue, with one handler
 // registered before it runs.
 func (s *soak) startEpoch() {
 	errs := &soakErrors{reports: make(map[objectRef]int)}
-	e := &soakEpoch{n: s.stats.epochs, queue: s.queue, prevValues: s.rng.IntN(2) == 0, errs: errs}
-	opts := identityOptions[string](e.queue, errs.add)
+	e := &soakEpoch{n: s.stats.epochs, prevValues: s.rng.IntN(2) == 0, errs: errs}
+	opts := identityOptions[string](errs.add)
 	if s.rng.IntN(3) == 0 {
 		// Resyncs run through the queues alongside everything else.
 		e.resync = time.Second
@@ -133,13 +132,6 @@ func (s *soak) endEpoch(want map[string]etcdmirror.Object[string], rev int64) {
 		}
 		t.Errorf("%v, seed %d: %s", e, s.seed, b)
 	}
-}
-
-func queueName(q mirror.QueueKind) string {
-	if q == mirror.DeltaFIFOQueue {
-		return "DeltaFIFO"
-	}
-	return "InOrder"
 }
 
 // soakErrors counts how many times a mirror reported each undecodable

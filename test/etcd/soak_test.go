@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/listwatch/mirror"
 	etcdmirror "github.com/listwatch/mirror/adapters/etcd"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -52,8 +51,7 @@ func soakDecode(_ string, v []byte) (string, error) {
 // soakPlan is how long and how hard a soak runs.
 type soakPlan struct {
 	// phases each inject faults for phase, then heal the cluster and
-	// check the mirror; phases alternate between the queues, so that a
-	// short run checks both.
+	// check the mirror.
 	phases int
 	phase  time.Duration
 	// opsPerSec paces the writers; maxOps bounds their operations per
@@ -112,7 +110,6 @@ type soak struct {
 	mc    *clientv3.Client // the mirror's: member 0 through proxy
 	hist  *history
 	epoch *soakEpoch
-	queue mirror.QueueKind // of this phase's mirrors
 
 	down      int       // the member closed, or -1
 	upAt      time.Time // when to start it again
@@ -166,7 +163,6 @@ func newSoak(t *testing.T, seed uint64) *soak {
 			ops = ops[:0]
 		}
 	}
-	s.queue = mirror.QueueKind(s.rng.IntN(2))
 	s.startEpoch()
 	return s
 }
@@ -194,7 +190,7 @@ func newSoakClient(t *testing.T, endpoints ...string) *clientv3.Client {
 func soakKey(i int) string { return fmt.Sprintf("%sk%04d", soakPrefix, i) }
 
 // runPhase injects faults while writers run, then heals everything,
-// checks the mirror against etcd and restarts it on the other queue.
+// checks the mirror against etcd and restarts it.
 func (s *soak) runPhase(phase int, plan soakPlan) {
 	t := s.t
 	wctx, stopWriters := context.WithCancel(context.Background())
@@ -221,7 +217,6 @@ func (s *soak) runPhase(phase int, plan soakPlan) {
 	s.endEpoch(want, rev)
 	t.Logf("phase %d: %+v", phase, s.stats)
 	if phase+1 < plan.phases {
-		s.queue = 1 - s.queue
 		s.startEpoch()
 	}
 }

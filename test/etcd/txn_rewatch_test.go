@@ -75,7 +75,6 @@ func TestInformer_WatchCutInsideATransactionDeliversEachChangeOnce(t *testing.T)
 			lw := &cutInsideChanges[etcdmirror.Object[[]byte]]{ListWatcher: etcdmirror.New(c, prefix, fastOptions), cuts: 2}
 			inf := mirror.NewInformer(lw, mirror.InformerOptions[string, etcdmirror.Object[[]byte]]{
 				KeyFunc: etcdmirror.KeyOf[[]byte],
-				Queue:   q.kind,
 				ListWatch: mirror.ListWatchOptions{
 					InitialBackoff: 20 * time.Millisecond,
 					MaxBackoff:     200 * time.Millisecond,

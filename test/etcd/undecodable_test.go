@@ -84,7 +84,7 @@ func TestInformer_ValueThatTurnsUndecodableIsAnUnknownDeleteReportedOnceAcrossAR
 			_, err = direct.Put(ctx, "/iundec/other", "2")
 			require.NoError(t, err)
 
-			inf, _, log := startInformer(t, etcdmirror.NewTyped(c, "/iundec/", decodeInt, silenceOptions), q.kind, 0)
+			inf, _, log := startInformer(t, etcdmirror.NewTyped(c, "/iundec/", decodeInt, silenceOptions), 0)
 			h := &keyHandler{key: key}
 			reg, err := inf.AddEventHandler(h, mirror.HandlerOptions{})
 			require.NoError(t, err)

@@ -93,10 +93,7 @@ func TestInformer_ExpiredVersionRelistsAndEachHandlerGetsOneUnknownDeletePerDele
 	// Not parallel: compacting etcd expires the versions of every
 	// ConfigMap watch on the shared server.
 	c := sharedCluster(t)
-	for _, q := range []struct {
-		name string
-		kind mirror.QueueKind
-	}{{"InOrder", mirror.InOrderQueue}, {"DeltaFIFO", mirror.DeltaFIFOQueue}} {
+	for _, q := range []struct{ name string }{{"InOrder"}} {
 		t.Run(q.name, func(t *testing.T) {
 			s := c.scope(t)
 			for i := range 20 {
@@ -105,7 +102,7 @@ func TestInformer_ExpiredVersionRelistsAndEachHandlerGetsOneUnknownDeletePerDele
 			// ConfigMaps skip the watch cache (see apiserverFlags): a
 			// watch from a compacted version fails in etcd.
 			lw := newCuttable[*corev1.ConfigMap](configMaps.lw(c.client, s.options()))
-			inf := startInformer(t, lw, informerOptions{queue: q.kind, handlers: 2})
+			inf := startInformer(t, lw, informerOptions{handlers: 2})
 			requireConverged(t, inf, configMaps.serverState(t, c.client, s.selector))
 			known := make(map[k8s.Key]*corev1.ConfigMap)
 			for k, o := range inf.All() {

@@ -103,16 +103,13 @@ func TestInformer_RunReturnsAfterCancelAndLeavesNoGoroutine(t *testing.T) {
 	pods.serverState(t, c.client, "")
 	before := goleak.IgnoreCurrent()
 
-	for _, q := range []struct {
-		name string
-		kind mirror.QueueKind
-	}{{"InOrder", mirror.InOrderQueue}, {"DeltaFIFO", mirror.DeltaFIFOQueue}} {
+	for _, q := range []struct{ name string }{{"InOrder"}} {
 		for _, streaming := range []bool{false, true} {
 			ctx, cancel := context.WithCancel(context.Background())
 			opts := s.options()
 			opts.NoStreamingList = !streaming
-			cms := runUntilCancelled(t, ctx, configMaps.lw(c.client, opts), q.kind)
-			ps := runUntilCancelled(t, ctx, pods.lw(c.client, opts), q.kind)
+			cms := runUntilCancelled(t, ctx, configMaps.lw(c.client, opts))
+			ps := runUntilCancelled(t, ctx, pods.lw(c.client, opts))
 			// Events in flight through the watches.
 			o0, v := k8s.Key{Namespace: s.ns, Name: "o0"}, fmt.Sprintf("%s-%v", q.name, streaming)
 			configMaps.annotate(t, c.client, o0, v)
@@ -149,12 +146,11 @@ type running[T k8s.Object] struct {
 // runUntilCancelled runs an informer of lw with a handler registered
 // before Run and one after, until ctx ends, and waits until both synced.
 // Whether it streams its lists is lw's choice.
-func runUntilCancelled[T k8s.Object](t *testing.T, ctx context.Context, lw mirror.ListWatcher[T], q mirror.QueueKind) running[T] {
+func runUntilCancelled[T k8s.Object](t *testing.T, ctx context.Context, lw mirror.ListWatcher[T]) running[T] {
 	t.Helper()
 	inf := mirror.NewInformer(lw, mirror.InformerOptions[k8s.Key, T]{
 		KeyFunc:      k8s.KeyOf[T],
 		Indexers:     mirror.Indexers[T]{k8s.NamespaceIndex: k8s.IndexByNamespace[T]},
-		Queue:        q,
 		ResyncPeriod: time.Second,
 		ErrorHandler: func(err error) { t.Errorf("%v", err) },
 	})

@@ -246,7 +246,6 @@ type informer[T k8s.Object] struct {
 
 // informerOptions says how startInformer runs an informer.
 type informerOptions struct {
-	queue     mirror.QueueKind
 	handlers  int   // recording handlers registered before Run; 0 means 1
 	pageSize  int64 // 0: the Reflector's default
 	streaming bool  // ReflectorOptions.StreamingList; without it, the ListWatcher chooses
@@ -263,7 +262,6 @@ func startInformer[T k8s.Object](t *testing.T, lw mirror.ListWatcher[T], o infor
 		KeyFunc:         k8s.KeyOf[T],
 		Indexers:        mirror.Indexers[T]{k8s.NamespaceIndex: k8s.IndexByNamespace[T]},
 		ResourceVersion: k8s.ResourceVersionOf[T],
-		Queue:           o.queue,
 		Name:            t.Name(),
 		ListWatch: mirror.ListWatchOptions{
 			PageSize:       o.pageSize,
