@@ -80,34 +80,6 @@ func moreUrgent(a, b Origin) Origin {
 	return a
 }
 
-// ChangeType says what a Change does to the cache.
-type ChangeType uint8
-
-// The values match the internal notification kinds, so that converting
-// one to the other costs nothing.
-const (
-	// ChangeAdded is an object entering the cache (Handler.OnAdd).
-	ChangeAdded ChangeType = ChangeType(notifyAdd)
-	// ChangeUpdated is a cached object changing, or offered again by a
-	// resync (Handler.OnUpdate).
-	ChangeUpdated ChangeType = ChangeType(notifyUpdate)
-	// ChangeDeleted is an object leaving the cache (Handler.OnDelete).
-	ChangeDeleted ChangeType = ChangeType(notifyDelete)
-)
-
-// String returns "added", "updated" or "deleted".
-func (t ChangeType) String() string {
-	switch t {
-	case ChangeAdded:
-		return "added"
-	case ChangeUpdated:
-		return "updated"
-	case ChangeDeleted:
-		return "deleted"
-	}
-	return fmt.Sprintf("ChangeType(%d)", uint8(t))
-}
-
 // Change is one notification, as a function registered with
 // Informer.AddChangeHandler receives it: what Handler's OnAdd, OnUpdate
 // and OnDelete are told, with the object's key and the notification's
@@ -115,19 +87,19 @@ func (t ChangeType) String() string {
 // again, and the origin from which to rank the work.
 type Change[K comparable, T any] struct {
 	// Type says which of OnAdd, OnUpdate, OnDelete this stands for.
-	Type ChangeType
+	Type DeltaType
 	// Origin says what made the informer notify (see Origin).
 	Origin Origin
 	// FinalStateUnknown is OnDelete's finalStateUnknown: set on a
-	// ChangeDeleted whose Object may be older than the object's final
+	// Deleted whose Object may be older than the object's final
 	// state.
 	FinalStateUnknown bool
 	// Key is the object's key in the informer's cache.
 	Key K
-	// Old is, for ChangeUpdated, the state the handler was last told
+	// Old is, for Updated, the state the handler was last told
 	// of (OnUpdate's oldObj); the zero T otherwise.
 	Old T
-	// Object is the state after the change; for ChangeDeleted, the
+	// Object is the state after the change; for Deleted, the
 	// object's last state, as OnDelete's obj.
 	Object T
 }

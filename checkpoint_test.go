@@ -16,6 +16,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/memsource"
+	"github.com/listwatch/mirror/source"
 )
 
 // countingSource counts the List calls that start a list.
@@ -24,7 +25,7 @@ type countingSource struct {
 	lists atomic.Int64
 }
 
-func (s *countingSource) List(ctx context.Context, opts mirror.ListOptions) (mirror.ListResult[item], error) {
+func (s *countingSource) List(ctx context.Context, opts source.ListOptions) (source.ListResult[item], error) {
 	if opts.Continue == "" {
 		s.lists.Add(1)
 	}
@@ -41,7 +42,7 @@ type checkpointed struct {
 	done            chan error
 }
 
-func startCheckpointed(t *testing.T, src mirror.ListWatcher[item], path string) *checkpointed {
+func startCheckpointed(t *testing.T, src source.ListWatcher[item], path string) *checkpointed {
 	c := &checkpointed{replay: &recorder{}, changes: &recorder{}, errs: &errorLog{}, done: make(chan error, 1)}
 	c.inf = mirror.NewInformer(src, mirror.InformerOptions[string, item]{
 		KeyFunc:         itemKey,
@@ -116,7 +117,7 @@ func TestInformer_ResumesFromACheckpointWithExactlyTheChangesMadeWhileDown(t *te
 				assert.Equal(t, map[string]int{"kept": 1, "changed": 2, "recreated": 1, "new": 1}, got)
 				if compacted {
 					require.Len(t, second.errs.all(), 1)
-					assert.ErrorIs(t, second.errs.all()[0], mirror.ErrExpired, "the watch from the checkpoint's version")
+					assert.ErrorIs(t, second.errs.all()[0], source.ErrExpired, "the watch from the checkpoint's version")
 				} else {
 					assert.Empty(t, second.errs.all())
 				}

@@ -6,31 +6,9 @@ import (
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/listwatch/mirror/source"
 )
-
-// CurrentVersioner is implemented by a ListWatcher that can say cheaply
-// which version it is at, read consistently: a version no older than any
-// change that completed before the call. A consistent read of an informer
-// learns it, then waits for the cache to reach it. etcd answers with a
-// count-only range (one round trip, no keys sent), a kube-apiserver with
-// a list of at most one object, memsource with its revision.
-type CurrentVersioner interface {
-	// CurrentVersion returns the source's current version.
-	CurrentVersion(ctx context.Context) (string, error)
-}
-
-// ProgressRequester is implemented by a ListWatcher that can be asked to
-// confirm its open watches' progress: to send each, soon, a bookmark at
-// the version it has reached, rather than leave it at the version of the
-// last change that concerned it (etcd's progress request). A consistent
-// read asks while it waits, so that a cache whose part of the source is
-// quiet still learns that it is current. The answer arrives as
-// EventBookmark on watches that allow bookmarks.
-type ProgressRequester interface {
-	// RequestProgress asks for bookmarks and returns without waiting for
-	// them; an error says the request could not be sent.
-	RequestProgress(ctx context.Context) error
-}
 
 // ErrNotCurrent is wrapped by the *StaleError of a consistent read whose
 // cache did not reach the source's current version within its bound.
@@ -129,7 +107,7 @@ func (inf *Informer[K, T]) readAt(ctx context.Context, opts ConsistentOptions, w
 
 // currentVersion asks the source for its current version.
 func (inf *Informer[K, T]) currentVersion(ctx context.Context) (string, error) {
-	cv, ok := inf.lw.(CurrentVersioner)
+	cv, ok := inf.lw.(source.CurrentVersioner)
 	if !ok {
 		return "", fmt.Errorf("mirror: consistent read: source cannot say its current version: %w", errors.ErrUnsupported)
 	}
@@ -163,7 +141,7 @@ func (inf *Informer[K, T]) boundPassed(ctx context.Context, err error) error {
 // waitProgressing is WaitForVersion asking the source for progress every
 // interval (never if it is negative) while the cache is behind.
 func (inf *Informer[K, T]) waitProgressing(ctx context.Context, v string, interval time.Duration) error {
-	pr, ok := inf.lw.(ProgressRequester)
+	pr, ok := inf.lw.(source.ProgressRequester)
 	if !ok || interval < 0 {
 		return inf.WaitForVersion(ctx, v)
 	}
@@ -200,7 +178,7 @@ type progressAsker struct {
 // ask sends a progress request unless one went out at or after since and
 // less than interval ago. The request's failure is not the read's: the
 // read goes on waiting, bounded, and a later request may succeed.
-func (p *progressAsker) ask(ctx context.Context, pr ProgressRequester, since time.Time, interval time.Duration) {
+func (p *progressAsker) ask(ctx context.Context, pr source.ProgressRequester, since time.Time, interval time.Duration) {
 	now := time.Now().UnixNano()
 	last := p.last.Load()
 	if last >= since.UnixNano() && now-last < int64(interval) {
@@ -218,7 +196,7 @@ func (p *progressAsker) ask(ctx context.Context, pr ProgressRequester, since tim
 // leaves them out.
 func (inf *Informer[K, T]) readSource(ctx context.Context) (Reader[K, T], error) {
 	var items []T
-	opts := ListOptions{Limit: inf.opts.ListWatch.PageSize}
+	opts := source.ListOptions{Limit: inf.opts.ListWatch.PageSize}
 	if opts.Limit <= 0 {
 		opts.Limit = defaultPageSize
 	}

@@ -6,6 +6,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -14,7 +15,7 @@ import (
 // answers: it waits until its context ends.
 type mutedLW struct{ *fakeLW }
 
-func (mutedLW) CompareVersions(a, b string) (int, error) { return CompareDecimalVersions(a, b) }
+func (mutedLW) CompareVersions(a, b string) (int, error) { return source.CompareDecimalVersions(a, b) }
 
 func (mutedLW) CurrentVersion(ctx context.Context) (string, error) {
 	<-ctx.Done()

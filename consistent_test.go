@@ -14,6 +14,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/memsource"
+	"github.com/listwatch/mirror/source"
 )
 
 // prefixSource is a memsource seen through a filter, as an etcd prefix
@@ -28,7 +29,7 @@ type prefixSource struct {
 	progress atomic.Int64
 }
 
-func (s *prefixSource) List(ctx context.Context, opts mirror.ListOptions) (mirror.ListResult[item], error) {
+func (s *prefixSource) List(ctx context.Context, opts source.ListOptions) (source.ListResult[item], error) {
 	res, err := s.Source.List(ctx, opts)
 	var kept []item
 	for _, it := range res.Items {
@@ -40,7 +41,7 @@ func (s *prefixSource) List(ctx context.Context, opts mirror.ListOptions) (mirro
 	return res, err
 }
 
-func (s *prefixSource) Watch(ctx context.Context, opts mirror.WatchOptions) (mirror.Watcher[item], error) {
+func (s *prefixSource) Watch(ctx context.Context, opts source.WatchOptions) (source.Watcher[item], error) {
 	w, err := s.Source.Watch(ctx, opts)
 	if err != nil {
 		return nil, err
@@ -61,14 +62,14 @@ func (s *prefixSource) pause() (release func()) {
 }
 
 type prefixWatcher struct {
-	mirror.Watcher[item]
+	source.Watcher[item]
 	s *prefixSource
 }
 
-func (w *prefixWatcher) Next(ctx context.Context) (mirror.Event[item], error) {
+func (w *prefixWatcher) Next(ctx context.Context) (source.Event[item], error) {
 	for {
 		ev, err := w.Watcher.Next(ctx)
-		if err == nil && ev.Type != mirror.EventBookmark && ev.Object.Group != "a" {
+		if err == nil && ev.Type != source.Bookmark && ev.Object.Group != "a" {
 			continue
 		}
 		// Held events are delivered once released.
@@ -76,7 +77,7 @@ func (w *prefixWatcher) Next(ctx context.Context) (mirror.Event[item], error) {
 			select {
 			case <-*h:
 			case <-ctx.Done():
-				return mirror.Event[item]{}, ctx.Err()
+				return source.Event[item]{}, ctx.Err()
 			}
 		}
 		return ev, err
@@ -85,7 +86,7 @@ func (w *prefixWatcher) Next(ctx context.Context) (mirror.Event[item], error) {
 
 func newPrefixFixture(t *testing.T) (*fixture, *prefixSource) {
 	var ps *prefixSource
-	f := newFixtureOver(t, func(src *memsource.Source[item]) mirror.ListWatcher[item] {
+	f := newFixtureOver(t, func(src *memsource.Source[item]) source.ListWatcher[item] {
 		ps = &prefixSource{Source: src}
 		return ps
 	}, nil)
@@ -243,9 +244,9 @@ func TestConsistent_ConcurrentReadsShareProgressRequests(t *testing.T) {
 
 func TestConsistent_SourceWithoutCurrentVersionIsUnsupported(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := newFixtureOver(t, func(s *memsource.Source[item]) mirror.ListWatcher[item] {
+		f := newFixtureOver(t, func(s *memsource.Source[item]) source.ListWatcher[item] {
 			return unordered{s}
-		}, func(o *mirror.InformerOptions[string, item]) { o.CompareVersions = mirror.CompareDecimalVersions })
+		}, func(o *mirror.InformerOptions[string, item]) { o.CompareVersions = source.CompareDecimalVersions })
 		f.start()
 		f.synced()
 		_, err := f.inf.Consistent(t.Context(), mirror.ConsistentOptions{Fallback: true})

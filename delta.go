@@ -11,7 +11,7 @@ const (
 	// Updated means the object changed at the source.
 	Updated
 	// Deleted means the object left the source. A Deleted delta with
-	// Tombstone set was inferred by a relist rather than observed.
+	// FinalStateUnknown set was inferred by a relist rather than observed.
 	Deleted
 	// Replaced means a relist listed the object (with
 	// DeltaFIFOOptions.EmitDeltaTypeReplaced; Sync otherwise).
@@ -21,19 +21,19 @@ const (
 	Sync
 )
 
-// String returns the name of t, such as "Added".
+// String returns the name of t in lower case, such as "added".
 func (t DeltaType) String() string {
 	switch t {
 	case Added:
-		return "Added"
+		return "added"
 	case Updated:
-		return "Updated"
+		return "updated"
 	case Deleted:
-		return "Deleted"
+		return "deleted"
 	case Replaced:
-		return "Replaced"
+		return "replaced"
 	case Sync:
-		return "Sync"
+		return "sync"
 	}
 	return fmt.Sprintf("DeltaType(%d)", uint8(t))
 }
@@ -45,10 +45,10 @@ type Delta[T any] struct {
 	Object T
 	// Type says what happened.
 	Type DeltaType
-	// Tombstone is set on a Deleted delta that was inferred, not seen (a
+	// FinalStateUnknown is set on a Deleted delta that was inferred, not seen (a
 	// relist lacked the object, or it was evicted): Object is the last
 	// state known here, and the final state is unknown.
-	Tombstone bool
+	FinalStateUnknown bool
 }
 
 // Deltas is the history of one key, oldest first.

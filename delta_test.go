@@ -3,6 +3,7 @@ package mirror
 import (
 	"testing"
 
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 )
 
@@ -30,8 +31,8 @@ func TestDeltas_OldestAndNewest(t *testing.T) {
 }
 
 func TestTypeNames(t *testing.T) {
-	assert.Equal(t, []string{"Added", "Updated", "Deleted", "Replaced", "Sync", "DeltaType(9)"},
+	assert.Equal(t, []string{"added", "updated", "deleted", "replaced", "sync", "DeltaType(9)"},
 		[]string{Added.String(), Updated.String(), Deleted.String(), Replaced.String(), Sync.String(), DeltaType(9).String()})
-	assert.Equal(t, []string{"Added", "Modified", "Deleted", "Bookmark", "Error", "EventType(0)"},
-		[]string{EventAdded.String(), EventModified.String(), EventDeleted.String(), EventBookmark.String(), EventError.String(), EventType(0).String()})
+	assert.Equal(t, []string{"added", "updated", "deleted", "bookmark", "error", "EventType(0)"},
+		[]string{source.Added.String(), source.Updated.String(), source.Deleted.String(), source.Bookmark.String(), source.Error.String(), source.EventType(0).String()})
 }

@@ -2,6 +2,8 @@ package mirror
 
 import (
 	"slices"
+
+	"github.com/listwatch/mirror/source"
 )
 
 // PopFunc processes one popped key: its deltas, oldest first, and whether
@@ -174,7 +176,7 @@ func (f *DeltaFIFO[K, T]) delete(obj T, keyOnly, tombstone bool) (err error) {
 				if at.fn == inTransform {
 					// As when the transformer fails: the deletion is
 					// queued with the last state the queue knows.
-					f.queueLocked(key, Delta[T]{Type: Deleted, Object: last, Tombstone: tombstone}, watchRoom)
+					f.queueLocked(key, Delta[T]{Type: Deleted, Object: last, FinalStateUnknown: tombstone}, watchRoom)
 				}
 			}
 		}
@@ -205,20 +207,20 @@ func (f *DeltaFIFO[K, T]) delete(obj T, keyOnly, tombstone bool) (err error) {
 	} else if obj, err = f.transformLocked(key, obj, &at); err != nil {
 		obj = last
 	}
-	f.queueLocked(key, Delta[T]{Type: Deleted, Object: obj, Tombstone: tombstone}, watchRoom)
+	f.queueLocked(key, Delta[T]{Type: Deleted, Object: obj, FinalStateUnknown: tombstone}, watchRoom)
 	return err
 }
 
 // event queues a watch event from a Reflector (see eventStore).
-func (f *DeltaFIFO[K, T]) event(ev Event[T]) error {
+func (f *DeltaFIFO[K, T]) event(ev source.Event[T]) error {
 	switch ev.Type {
-	case EventAdded:
+	case source.Added:
 		return f.add(Added, ev.Object)
-	case EventModified:
+	case source.Updated:
 		return f.add(Updated, ev.Object)
-	case EventDeleted:
+	case source.Deleted:
 		return f.delete(ev.Object, ev.KeyOnly, false)
-	case EventError:
+	case source.Error:
 		if ev.KeyOnly {
 			return f.delete(ev.Object, true, true)
 		}
@@ -290,7 +292,7 @@ func (f *DeltaFIFO[K, T]) queueLocked(key K, d Delta[T], room int) *pending[T] {
 // adds nothing, as it is built from the same last known object).
 func appendDelta[T any](ds Deltas[T], d Delta[T]) Deltas[T] {
 	if n := len(ds); n > 0 && d.Type == Deleted && ds[n-1].Type == Deleted {
-		if !d.Tombstone {
+		if !d.FinalStateUnknown {
 			ds[n-1] = d
 		}
 		return ds

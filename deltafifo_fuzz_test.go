@@ -93,7 +93,7 @@ func (m *deltaModel) listDone() {
 	for _, k := range slices.Clone(m.queue) {
 		if !l.listed[k] {
 			ds := m.items[k]
-			m.push(k, Delta[obj]{Type: Deleted, Object: ds[len(ds)-1].Object, Tombstone: true})
+			m.push(k, Delta[obj]{Type: Deleted, Object: ds[len(ds)-1].Object, FinalStateUnknown: true})
 		}
 	}
 	m.populate()
@@ -124,9 +124,9 @@ func (m *deltaModel) push(key string, d Delta[obj]) {
 	ds := m.items[key]
 	if n := len(ds); n > 0 && ds[n-1].Type == Deleted && d.Type == Deleted {
 		switch {
-		case !ds[n-1].Tombstone && !d.Tombstone: // two real: newer
+		case !ds[n-1].FinalStateUnknown && !d.FinalStateUnknown: // two real: newer
 			ds[n-1] = d
-		case ds[n-1].Tombstone && !d.Tombstone: // real beats tombstone
+		case ds[n-1].FinalStateUnknown && !d.FinalStateUnknown: // real beats tombstone
 			ds[n-1] = d
 		default: // a tombstone adds nothing
 		}
@@ -197,7 +197,7 @@ func (m *deltaModel) deleteKeyOnly(key string, tombstone bool) {
 	if ds := m.items[key]; !tombstone && len(ds) > 0 && ds[len(ds)-1].Type == Deleted {
 		return
 	}
-	m.push(key, Delta[obj]{Type: Deleted, Object: m.last(key), Tombstone: tombstone})
+	m.push(key, Delta[obj]{Type: Deleted, Object: m.last(key), FinalStateUnknown: tombstone})
 }
 
 func (m *deltaModel) replace(list []obj) {
@@ -218,13 +218,13 @@ func (m *deltaModel) replace(list []obj) {
 	for _, k := range slices.Clone(m.queue) {
 		if !listed[k] {
 			ds := m.items[k]
-			m.push(k, Delta[obj]{Type: Deleted, Object: ds[len(ds)-1].Object, Tombstone: true})
+			m.push(k, Delta[obj]{Type: Deleted, Object: ds[len(ds)-1].Object, FinalStateUnknown: true})
 		}
 	}
 	if m.known != nil {
 		for _, k := range slices.Sorted(mapKeys(m.known)) {
 			if !listed[k] && !m.queued(k) {
-				m.push(k, Delta[obj]{Type: Deleted, Object: m.known[k], Tombstone: true})
+				m.push(k, Delta[obj]{Type: Deleted, Object: m.known[k], FinalStateUnknown: true})
 			}
 		}
 	}

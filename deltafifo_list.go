@@ -59,7 +59,7 @@ func (f *DeltaFIFO[K, T]) replaceLocked(chunks [][]T) error {
 			if _, ok := failed[key]; ok {
 				continue
 			}
-			f.queueLocked(key, Delta[T]{Type: Deleted, Object: obj, Tombstone: true}, listRoom)
+			f.queueLocked(key, Delta[T]{Type: Deleted, Object: obj, FinalStateUnknown: true}, listRoom)
 		}
 	}
 
@@ -130,7 +130,7 @@ func (f *DeltaFIFO[K, T]) tombstoneUnlistedLocked(epoch uint64) {
 	for _, p := range f.q.all() {
 		if p.listedIn != epoch {
 			last := p.deltas[len(p.deltas)-1]
-			p.deltas = appendDelta(p.deltas, Delta[T]{Type: Deleted, Object: last.Object, Tombstone: true})
+			p.deltas = appendDelta(p.deltas, Delta[T]{Type: Deleted, Object: last.Object, FinalStateUnknown: true})
 		}
 	}
 }

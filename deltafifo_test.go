@@ -70,12 +70,14 @@ func (m knownMap) apply(key string, ds Deltas[obj]) {
 	}
 }
 
-func added(o obj) Delta[obj]     { return Delta[obj]{Type: Added, Object: o} }
-func updated(o obj) Delta[obj]   { return Delta[obj]{Type: Updated, Object: o} }
-func deleted(o obj) Delta[obj]   { return Delta[obj]{Type: Deleted, Object: o} }
-func tombstone(o obj) Delta[obj] { return Delta[obj]{Type: Deleted, Object: o, Tombstone: true} }
-func synced(o obj) Delta[obj]    { return Delta[obj]{Type: Sync, Object: o} }
-func replaced(o obj) Delta[obj]  { return Delta[obj]{Type: Replaced, Object: o} }
+func added(o obj) Delta[obj]   { return Delta[obj]{Type: Added, Object: o} }
+func updated(o obj) Delta[obj] { return Delta[obj]{Type: Updated, Object: o} }
+func deleted(o obj) Delta[obj] { return Delta[obj]{Type: Deleted, Object: o} }
+func tombstone(o obj) Delta[obj] {
+	return Delta[obj]{Type: Deleted, Object: o, FinalStateUnknown: true}
+}
+func synced(o obj) Delta[obj]   { return Delta[obj]{Type: Sync, Object: o} }
+func replaced(o obj) Delta[obj] { return Delta[obj]{Type: Replaced, Object: o} }
 
 // newTestDeltaFIFO returns a DeltaFIFO of objs keyed by objKey, with
 // known as KnownObjects unless it is nil.

@@ -7,8 +7,9 @@
 //
 // An [Informer] lists a source, watches it from the list's version, keeps
 // an indexed cache of its objects and calls your handlers on every
-// change. Make one with [NewInformer] over any [ListWatcher], or with the
-// NewInformer of an adapter, each a module of its own:
+// change. Make one with the NewInformer of an adapter, each a module of
+// its own, or with [NewInformer] over a source of your own (package
+// github.com/listwatch/mirror/source says what a source implements):
 //
 //   - github.com/listwatch/mirror/adapters/etcd: an etcd v3 key prefix;
 //   - github.com/listwatch/mirror/adapters/k8s: Kubernetes objects, from

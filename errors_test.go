@@ -11,6 +11,7 @@ import (
 	"testing"
 	"testing/synctest"
 
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -21,28 +22,28 @@ import (
 type bigValueLW struct {
 	items   [][]byte
 	skipped []error
-	watch   []Event[[]byte]
+	watch   []source.Event[[]byte]
 }
 
-func (lw *bigValueLW) List(ctx context.Context, opts ListOptions) (ListResult[[]byte], error) {
-	return ListResult[[]byte]{Items: lw.items, Skipped: lw.skipped, ResourceVersion: "1"}, nil
+func (lw *bigValueLW) List(ctx context.Context, opts source.ListOptions) (source.ListResult[[]byte], error) {
+	return source.ListResult[[]byte]{Items: lw.items, Skipped: lw.skipped, ResourceVersion: "1"}, nil
 }
 
-func (lw *bigValueLW) Watch(ctx context.Context, opts WatchOptions) (Watcher[[]byte], error) {
+func (lw *bigValueLW) Watch(ctx context.Context, opts source.WatchOptions) (source.Watcher[[]byte], error) {
 	return &sliceWatcher{events: lw.watch}, nil
 }
 
 // sliceWatcher plays its events, then blocks until its context ends.
-type sliceWatcher struct{ events []Event[[]byte] }
+type sliceWatcher struct{ events []source.Event[[]byte] }
 
-func (w *sliceWatcher) Next(ctx context.Context) (Event[[]byte], error) {
+func (w *sliceWatcher) Next(ctx context.Context) (source.Event[[]byte], error) {
 	if len(w.events) > 0 {
 		ev := w.events[0]
 		w.events = w.events[1:]
 		return ev, nil
 	}
 	<-ctx.Done()
-	return Event[[]byte]{}, ctx.Err()
+	return source.Event[[]byte]{}, ctx.Err()
 }
 
 func (w *sliceWatcher) Stop() {}
@@ -115,8 +116,8 @@ func TestErrorsAndLogs_NameTheObjectWithoutItsContentsAndStayShort(t *testing.T)
 				&ObjectError{Key: "undecodable", ResourceVersion: "1", Err: errors.New("invalid character 'S'")},
 				&ObjectError{Key: "quotedecode", ResourceVersion: "1", Err: fmt.Errorf("invalid value %q", leaky("v"))},
 			},
-			watch: []Event[[]byte]{
-				{Type: EventError, ResourceVersion: "2", Err: &ObjectError{Key: string(leaky("longkey")), ResourceVersion: "2", Err: errors.New("bad")}},
+			watch: []source.Event[[]byte]{
+				{Type: source.Error, ResourceVersion: "2", Err: &ObjectError{Key: string(leaky("longkey")), ResourceVersion: "2", Err: errors.New("bad")}},
 			},
 		}
 	}

@@ -120,8 +120,8 @@ func ExampleReflector() {
 	fmt.Println("cached:", cache.ListKeys(), "at version", r.Freshness().ResourceVersion)
 
 	// Output:
-	// api Sync (initial list: true)
-	// db Sync (initial list: true)
-	// api Deleted (initial list: false)
+	// api sync (initial list: true)
+	// db sync (initial list: true)
+	// api deleted (initial list: false)
 	// cached: [db] at version 4
 }

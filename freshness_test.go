@@ -5,6 +5,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -29,7 +30,7 @@ func TestReflector_FreshnessSaysWhenTheSourceLastConfirmedTheMirror(t *testing.T
 		g.lw.watchErr(errSrcUnavailable)
 		synctest.Wait()
 		f = g.r.Freshness()
-		require.ErrorIs(t, f.Err, ErrUnavailable)
+		require.ErrorIs(t, f.Err, source.ErrUnavailable)
 		assert.Equal(t, start.Add(5*time.Second), f.ConfirmedAt)
 		assert.Equal(t, "12", f.ResourceVersion)
 

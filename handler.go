@@ -31,7 +31,7 @@ type Handler[T any] interface {
 	// relist no longer lists it, its key now names another object (see
 	// InformerOptions.SameObject), or the source holds a state of it the
 	// mirror cannot represent (a value that fails to decode; see
-	// EventError). obj is then the last state the cache held, which may be
+	// source.Error). obj is then the last state the cache held, which may be
 	// older than the object's real final state.
 	OnDelete(obj T, finalStateUnknown bool)
 }
@@ -150,11 +150,11 @@ const minResyncPeriod = time.Second
 func handlerChanges[K comparable, T any](h Handler[T]) changeFunc[K, T] {
 	return func(c Change[K, T], initial bool) {
 		switch c.Type {
-		case ChangeAdded:
+		case Added:
 			h.OnAdd(c.Object, initial)
-		case ChangeUpdated:
+		case Updated:
 			h.OnUpdate(c.Old, c.Object)
-		case ChangeDeleted:
+		case Deleted:
 			h.OnDelete(c.Object, c.FinalStateUnknown)
 		}
 	}

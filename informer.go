@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/listwatch/mirror/source"
 )
 
 // Lifecycle errors of an Informer.
@@ -135,7 +137,7 @@ type InformerOptions[K comparable, T any] struct {
 // List, All, ByIndex and friends; it must not be written to except by the
 // informer.
 type Informer[K comparable, T any] struct {
-	lw     ListWatcher[T]
+	lw     source.ListWatcher[T]
 	opts   InformerOptions[K, T]
 	logger *slog.Logger
 	logs   logLimiter
@@ -193,7 +195,7 @@ type Informer[K comparable, T any] struct {
 
 // NewInformer returns an Informer over lw. It panics if opts.KeyFunc is
 // nil, a programming error.
-func NewInformer[K comparable, T any](lw ListWatcher[T], opts InformerOptions[K, T]) *Informer[K, T] {
+func NewInformer[K comparable, T any](lw source.ListWatcher[T], opts InformerOptions[K, T]) *Informer[K, T] {
 	if opts.KeyFunc == nil {
 		panic("mirror: NewInformer needs a KeyFunc")
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/memsource"
+	"github.com/listwatch/mirror/source"
 )
 
 // BenchmarkInformer_EndToEnd measures the whole path: a change put into
@@ -134,7 +135,7 @@ func BenchmarkInformer_WatchBursts(b *testing.B) {
 						b.Fatal(err)
 					}
 				} else {
-					list, err := src.List(ctx, mirror.ListOptions{})
+					list, err := src.List(ctx, source.ListOptions{})
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -142,7 +143,7 @@ func BenchmarkInformer_WatchBursts(b *testing.B) {
 					for _, o := range list.Items {
 						mirrored[o.Key] = o
 					}
-					w, err := src.Watch(ctx, mirror.WatchOptions{ResourceVersion: list.ResourceVersion})
+					w, err := src.Watch(ctx, source.WatchOptions{ResourceVersion: list.ResourceVersion})
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/memsource"
+	"github.com/listwatch/mirror/source"
 )
 
 // chunkedSource is a memsource that also lists through ListChunks, in
@@ -26,15 +27,15 @@ type chunkedSource struct {
 	between func(list, chunks int) error
 
 	mu    sync.Mutex
-	calls []mirror.ListOptions
+	calls []source.ListOptions
 }
 
-func (s *chunkedSource) ListChunks(ctx context.Context, opts mirror.ListOptions, chunk func(mirror.ListResult[item]) error) error {
+func (s *chunkedSource) ListChunks(ctx context.Context, opts source.ListOptions, chunk func(source.ListResult[item]) error) error {
 	s.mu.Lock()
 	s.calls = append(s.calls, opts)
 	list := len(s.calls)
 	s.mu.Unlock()
-	page := mirror.ListOptions{ResourceVersion: opts.ResourceVersion, Limit: int64(s.size)}
+	page := source.ListOptions{ResourceVersion: opts.ResourceVersion, Limit: int64(s.size)}
 	for n := 1; ; n++ {
 		res, err := s.Source.List(ctx, page)
 		if err != nil {
@@ -53,21 +54,21 @@ func (s *chunkedSource) ListChunks(ctx context.Context, opts mirror.ListOptions,
 				return err
 			}
 		}
-		page = mirror.ListOptions{Limit: int64(s.size), Continue: next}
+		page = source.ListOptions{Limit: int64(s.size), Continue: next}
 	}
 }
 
 // listCalls returns the options of every ListChunks call.
-func (s *chunkedSource) listCalls() []mirror.ListOptions {
+func (s *chunkedSource) listCalls() []source.ListOptions {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return append([]mirror.ListOptions(nil), s.calls...)
+	return append([]source.ListOptions(nil), s.calls...)
 }
 
 // newChunkedFixture is newFixture over a chunkedSource of chunks of two.
 func newChunkedFixture(t *testing.T, configure func(*mirror.InformerOptions[string, item])) (*fixture, *chunkedSource) {
 	var cs *chunkedSource
-	f := newFixtureOver(t, func(src *memsource.Source[item]) mirror.ListWatcher[item] {
+	f := newFixtureOver(t, func(src *memsource.Source[item]) source.ListWatcher[item] {
 		cs = &chunkedSource{Source: src, size: 2}
 		return cs
 	}, configure)
@@ -163,7 +164,7 @@ func TestInformer_InitialListFailingMidwayIsRetriedNoOlder(t *testing.T) {
 			// The source changes, then the list fails.
 			f.src.Delete("a")
 			f.src.Put(item{Name: "e", Val: 5})
-			return fmt.Errorf("test: connection lost: %w", mirror.ErrUnavailable)
+			return fmt.Errorf("test: connection lost: %w", source.ErrUnavailable)
 		}
 		rec := &recorder{}
 		_, err := f.inf.AddEventHandler(rec, mirror.HandlerOptions{})

@@ -18,6 +18,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/memsource"
+	"github.com/listwatch/mirror/source"
 )
 
 func TestInformer_AddEventHandlerAfterRunReturnedFails(t *testing.T) {
@@ -177,10 +178,10 @@ type refusingSource struct {
 	lists   atomic.Int64
 }
 
-func (s *refusingSource) List(ctx context.Context, opts mirror.ListOptions) (mirror.ListResult[item], error) {
+func (s *refusingSource) List(ctx context.Context, opts source.ListOptions) (source.ListResult[item], error) {
 	s.lists.Add(1)
 	if !s.allowed.Load() {
-		return mirror.ListResult[item]{}, s.err
+		return source.ListResult[item]{}, s.err
 	}
 	return s.Source.List(ctx, opts)
 }
@@ -190,7 +191,7 @@ func TestInformer_SourceThatRefusesForGoodEndsTheWaitForSync(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		src := &refusingSource{Source: memsource.New(itemKey, memsource.Options{}), err: errForbidden}
 		src.Put(item{Name: "a", Val: 1})
-		f := newFixtureOver(t, func(*memsource.Source[item]) mirror.ListWatcher[item] { return src }, nil)
+		f := newFixtureOver(t, func(*memsource.Source[item]) source.ListWatcher[item] { return src }, nil)
 		reg, err := f.inf.AddEventHandler(&recorder{}, mirror.HandlerOptions{})
 		require.NoError(t, err)
 		f.start()
@@ -218,8 +219,8 @@ func TestInformer_SourceThatRefusesForGoodEndsTheWaitForSync(t *testing.T) {
 func TestInformer_TransientFailuresNeverEndTheWaitForSync(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		src := &refusingSource{Source: memsource.New(itemKey, memsource.Options{}),
-			err: fmt.Errorf("source: no leader: %w", mirror.ErrUnavailable)}
-		f := newFixtureOver(t, func(*memsource.Source[item]) mirror.ListWatcher[item] { return src },
+			err: fmt.Errorf("source: no leader: %w", source.ErrUnavailable)}
+		f := newFixtureOver(t, func(*memsource.Source[item]) source.ListWatcher[item] { return src },
 			func(o *mirror.InformerOptions[string, item]) { o.SyncFailureLimit = 1 })
 		f.start()
 

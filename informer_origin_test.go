@@ -51,7 +51,7 @@ func renderChanges(t *testing.T, changes []mirror.Change[string, item]) []string
 		assert.Equal(t, c.Object.Name, c.Key, "the key of %v", c)
 		s := fmt.Sprintf("%v %v %s=%d", c.Origin, c.Type, c.Key, c.Object.Val)
 		switch {
-		case c.Type == mirror.ChangeUpdated:
+		case c.Type == mirror.Updated:
 			s = fmt.Sprintf("%v %v %s %d->%d", c.Origin, c.Type, c.Key, c.Old.Val, c.Object.Val)
 		case c.FinalStateUnknown:
 			s += " unknown"
@@ -68,11 +68,11 @@ func asEvents(changes []mirror.Change[string, item]) []string {
 	var evs []event
 	for _, c := range changes {
 		switch c.Type {
-		case mirror.ChangeAdded:
+		case mirror.Added:
 			evs = append(evs, event{Op: "add", Obj: c.Object, Initial: c.Origin == mirror.OriginInitialList})
-		case mirror.ChangeUpdated:
+		case mirror.Updated:
 			evs = append(evs, event{Op: "update", Old: c.Old, Obj: c.Object})
-		case mirror.ChangeDeleted:
+		case mirror.Deleted:
 			evs = append(evs, event{Op: "delete", Obj: c.Object, Unknown: c.FinalStateUnknown})
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/memsource"
+	"github.com/listwatch/mirror/source"
 )
 
 // errUndecodable is what decodingSource reports for a value it cannot
@@ -21,10 +22,10 @@ var errUndecodable = errors.New("undecodable value")
 // decodingSource is a source that cannot produce items with a negative
 // Val, as the etcd adapter cannot produce a value that fails to decode:
 // a list leaves them out and reports them as skipped, and a watch turns
-// their puts into EventError events naming the key (KeyOnly).
+// their puts into source.Error events naming the key (KeyOnly).
 type decodingSource struct{ *memsource.Source[item] }
 
-func (s decodingSource) List(ctx context.Context, opts mirror.ListOptions) (mirror.ListResult[item], error) {
+func (s decodingSource) List(ctx context.Context, opts source.ListOptions) (source.ListResult[item], error) {
 	res, err := s.Source.List(ctx, opts)
 	good := res.Items[:0:0]
 	for _, it := range res.Items {
@@ -38,7 +39,7 @@ func (s decodingSource) List(ctx context.Context, opts mirror.ListOptions) (mirr
 	return res, err
 }
 
-func (s decodingSource) Watch(ctx context.Context, opts mirror.WatchOptions) (mirror.Watcher[item], error) {
+func (s decodingSource) Watch(ctx context.Context, opts source.WatchOptions) (source.Watcher[item], error) {
 	w, err := s.Source.Watch(ctx, opts)
 	if err != nil {
 		return nil, err
@@ -46,12 +47,12 @@ func (s decodingSource) Watch(ctx context.Context, opts mirror.WatchOptions) (mi
 	return decodingWatcher{w}, nil
 }
 
-type decodingWatcher struct{ mirror.Watcher[item] }
+type decodingWatcher struct{ source.Watcher[item] }
 
-func (w decodingWatcher) Next(ctx context.Context) (mirror.Event[item], error) {
+func (w decodingWatcher) Next(ctx context.Context) (source.Event[item], error) {
 	ev, err := w.Watcher.Next(ctx)
-	if (ev.Type == mirror.EventAdded || ev.Type == mirror.EventModified) && ev.Object.Val < 0 {
-		ev = mirror.Event[item]{Type: mirror.EventError, Object: item{Name: ev.Object.Name}, KeyOnly: true,
+	if (ev.Type == source.Added || ev.Type == source.Updated) && ev.Object.Val < 0 {
+		ev = source.Event[item]{Type: source.Error, Object: item{Name: ev.Object.Name}, KeyOnly: true,
 			ResourceVersion: ev.ResourceVersion, Err: undecodable(ev.Object)}
 	}
 	return ev, err
@@ -66,7 +67,7 @@ func undecodable(it item) *mirror.ObjectError {
 
 func TestInformer_UndecodableValueLeavesTheMirrorAsAnUnknownDeletion(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		wrap := func(src *memsource.Source[item]) mirror.ListWatcher[item] { return decodingSource{src} }
+		wrap := func(src *memsource.Source[item]) source.ListWatcher[item] { return decodingSource{src} }
 		f := newFixtureOver(t, wrap, func(o *mirror.InformerOptions[string, item]) {
 			o.ResourceVersion = func(it item) string { return strconv.Itoa(it.Val) }
 		})

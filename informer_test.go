@@ -17,6 +17,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/memsource"
+	"github.com/listwatch/mirror/source"
 )
 
 // item is the object type of the informer tests.
@@ -150,9 +151,9 @@ func newFixture(t *testing.T, configure func(*mirror.InformerOptions[string, ite
 
 // newFixtureOver is newFixture whose informer reads the memsource through
 // wrap, if not nil.
-func newFixtureOver(t *testing.T, wrap func(*memsource.Source[item]) mirror.ListWatcher[item], configure func(*mirror.InformerOptions[string, item])) *fixture {
+func newFixtureOver(t *testing.T, wrap func(*memsource.Source[item]) source.ListWatcher[item], configure func(*mirror.InformerOptions[string, item])) *fixture {
 	f := &fixture{t: t, src: memsource.New(itemKey, memsource.Options{}), errs: &errorLog{}}
-	var lw mirror.ListWatcher[item] = f.src
+	var lw source.ListWatcher[item] = f.src
 	if wrap != nil {
 		lw = wrap(f.src)
 	}
@@ -206,7 +207,7 @@ func (f *fixture) synced() {
 // the source's revision after it, so that only a relist can find out. It
 // returns once fake time has passed any backoff and the informer is idle.
 func (f *fixture) missWhileDown(change func()) {
-	f.src.FailNext(1, fmt.Errorf("test: down: %w", mirror.ErrUnavailable))
+	f.src.FailNext(1, fmt.Errorf("test: down: %w", source.ErrUnavailable))
 	f.src.CutWatches()
 	change()
 	f.src.Compact(f.src.Revision())
@@ -788,7 +789,7 @@ func TestInformer_RelistDuringApplyLosesAndResurrectsNothing(t *testing.T) {
 // KeyOnly, as the etcd adapter's do by default.
 type keyOnlyDeletes struct{ *memsource.Source[item] }
 
-func (s keyOnlyDeletes) Watch(ctx context.Context, opts mirror.WatchOptions) (mirror.Watcher[item], error) {
+func (s keyOnlyDeletes) Watch(ctx context.Context, opts source.WatchOptions) (source.Watcher[item], error) {
 	w, err := s.Source.Watch(ctx, opts)
 	if err != nil {
 		return nil, err
@@ -796,11 +797,11 @@ func (s keyOnlyDeletes) Watch(ctx context.Context, opts mirror.WatchOptions) (mi
 	return keyOnlyWatcher{w}, nil
 }
 
-type keyOnlyWatcher struct{ mirror.Watcher[item] }
+type keyOnlyWatcher struct{ source.Watcher[item] }
 
-func (w keyOnlyWatcher) Next(ctx context.Context) (mirror.Event[item], error) {
+func (w keyOnlyWatcher) Next(ctx context.Context) (source.Event[item], error) {
 	ev, err := w.Watcher.Next(ctx)
-	if ev.Type == mirror.EventDeleted {
+	if ev.Type == source.Deleted {
 		ev.Object, ev.KeyOnly = item{Name: ev.Object.Name}, true
 	}
 	return ev, err
@@ -808,7 +809,7 @@ func (w keyOnlyWatcher) Next(ctx context.Context) (mirror.Event[item], error) {
 
 func TestInformer_KeyOnlyDeletionReachesHandlersWithTheLastStateApplied(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		wrap := func(src *memsource.Source[item]) mirror.ListWatcher[item] { return keyOnlyDeletes{src} }
+		wrap := func(src *memsource.Source[item]) source.ListWatcher[item] { return keyOnlyDeletes{src} }
 		f := newFixtureOver(t, wrap, func(o *mirror.InformerOptions[string, item]) {
 			o.Transform = func(it item) (item, error) {
 				it.Group = "t-" + it.Group

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"iter"
 	"sync"
+
+	"github.com/listwatch/mirror/source"
 )
 
 // inOrderQueue is the informer's queue: one entry per change, in
@@ -205,18 +207,18 @@ func (q *inOrderQueue[K, T]) Evict(obj T) error { return q.queueKeyOnly(entryEvi
 
 // event queues a watch event from the Reflector with its version (see
 // eventStore).
-func (q *inOrderQueue[K, T]) event(ev Event[T]) error {
+func (q *inOrderQueue[K, T]) event(ev source.Event[T]) error {
 	switch ev.Type {
-	case EventAdded:
+	case source.Added:
 		return q.queueChange(entryAdded, ev.Object, at(ev))
-	case EventModified:
+	case source.Updated:
 		return q.queueChange(entryUpdated, ev.Object, at(ev))
-	case EventDeleted:
+	case source.Deleted:
 		if ev.KeyOnly {
 			return q.queueKeyOnly(entryDeletedKeyOnly, ev.Object, at(ev))
 		}
 		return q.queueChange(entryDeleted, ev.Object, at(ev))
-	case EventError:
+	case source.Error:
 		if ev.KeyOnly {
 			return q.queueKeyOnly(entryEvicted, ev.Object, at(ev))
 		}

@@ -487,7 +487,7 @@ func (l *listener[K, T]) deliver(n *notification[K, T]) {
 			l.report(&HandlerPanicError{Handler: l.name, PanicError: *panicked(v)})
 		}
 	}()
-	l.call(Change[K, T]{Type: ChangeType(n.kind), Origin: n.origin, FinalStateUnknown: n.unknown, Key: n.key, Old: n.old, Object: n.obj}, n.initial)
+	l.call(Change[K, T]{Type: DeltaType(n.kind), Origin: n.origin, FinalStateUnknown: n.unknown, Key: n.key, Old: n.old, Object: n.obj}, n.initial)
 }
 
 // slot is a key's pending notifications in bounded mode: one, or a delete

@@ -1,5 +1,7 @@
 package mirror
 
+import "github.com/listwatch/mirror/source"
+
 // position is where a queued event leaves the source's history: at
 // version rv ("" if the event does not say), partway through the change
 // made at rv if more of its events follow (Event.More).
@@ -9,7 +11,7 @@ type position struct {
 }
 
 // at returns the position ev leaves the source's history at.
-func at[T any](ev Event[T]) position { return position{rv: ev.ResourceVersion, more: ev.More} }
+func at[T any](ev source.Event[T]) position { return position{rv: ev.ResourceVersion, more: ev.More} }
 
 // partialChange tracks whether a cache or queue holds part of a change the
 // source made in one step, and lets a checkpoint wait for the rest: a

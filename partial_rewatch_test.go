@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -40,7 +41,7 @@ var brokenChanges = []brokenChange{
 	}},
 }
 
-var errCut = fmt.Errorf("%w: connection cut", ErrUnavailable)
+var errCut = fmt.Errorf("%w: connection cut", source.ErrUnavailable)
 
 // script queues the list and the watches of c on lw.
 func (c brokenChange) script(lw *fakeLW) {
@@ -61,7 +62,7 @@ func TestReflector_WatchBrokenInsideAChangeHandsEachEventOnce(t *testing.T) {
 				c.script(lw)
 				r := NewReflector[tobj](lw, store, ReflectorOptions{
 					Logger:       slog.New(slog.DiscardHandler),
-					ErrorHandler: func(err error) { assert.ErrorIs(t, err, ErrUnavailable) },
+					ErrorHandler: func(err error) { assert.ErrorIs(t, err, source.ErrUnavailable) },
 				})
 				ctx, cancel := context.WithCancel(t.Context())
 				done := make(chan struct{})
@@ -128,7 +129,7 @@ func TestInformer_WatchBrokenInsideAChangeDeliversEachChangeOnce(t *testing.T) {
 					c.script(lw)
 					opts := InformerOptions[string, tobj]{KeyFunc: tobjKey,
 						Logger:       slog.New(slog.DiscardHandler),
-						ErrorHandler: func(err error) { assert.ErrorIs(t, err, ErrUnavailable) }}
+						ErrorHandler: func(err error) { assert.ErrorIs(t, err, source.ErrUnavailable) }}
 					if withRV {
 						opts.ResourceVersion = func(o tobj) string { return o.Val }
 					}

@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -89,11 +90,11 @@ func TestReflector_WatchBrokenInsideAChangeResumesBeforeIt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		lw := newFakeLW()
 		lw.page("1", "", tobj{"a", "1"})
-		cut := fmt.Errorf("%w: connection cut", ErrUnavailable)
+		cut := fmt.Errorf("%w: connection cut", source.ErrUnavailable)
 		lw.watch(modified("a", "2", "2"), more(modified("a", "3", "3")), end(cut))
 		lw.watch()
 		r := NewReflector[tobj](lw, NewIndexer[string, tobj](tobjKey, nil), ReflectorOptions{
-			ErrorHandler: func(err error) { assert.ErrorIs(t, err, ErrUnavailable) },
+			ErrorHandler: func(err error) { assert.ErrorIs(t, err, source.ErrUnavailable) },
 		})
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan struct{})

@@ -4,13 +4,14 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/require"
 )
 
 func TestRecordWrite_ForgetsWritesTheCacheHasApplied(t *testing.T) {
 	inf := NewInformer[string, int](nil, InformerOptions[string, int]{
 		KeyFunc:         func(v int) (string, error) { return strconv.Itoa(v), nil },
-		CompareVersions: CompareDecimalVersions,
+		CompareVersions: source.CompareDecimalVersions,
 	})
 	inf.versions.publish("1", false)
 	pending := func() int {

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 )
 
 func TestGetAfterWrite_WaitsUntilTheCacheHasTheRecordedWrite(t *testing.T) {
@@ -112,7 +113,7 @@ func TestRecordWrite_KeepsTheNewerVersionAndRefusesBadOnes(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, f.inf.RecordWrite("a", revString(second)))
 		require.NoError(t, f.inf.RecordWrite("a", revString(first)), "an older record arriving late")
-		require.ErrorIs(t, f.inf.RecordWrite("a", "not-a-version"), mirror.ErrInvalidVersion)
+		require.ErrorIs(t, f.inf.RecordWrite("a", "not-a-version"), source.ErrInvalidVersion)
 
 		_, _, err = f.inf.GetAfterWrite(t.Context(), "a", mirror.ConsistentOptions{Timeout: time.Second})
 		var se *mirror.StaleError

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/listwatch/mirror/source"
 )
 
 // Defaults of ListWatchOptions.
@@ -160,14 +162,14 @@ type reflectorCounters struct {
 // and "" once the source said a version is gone. Create it with
 // NewReflector; its methods are safe for concurrent use.
 type Reflector[T any] struct {
-	lw      ListWatcher[T]
+	lw      source.ListWatcher[T]
 	store   ReflectorStore[T]
-	keyOnly KeyOnlyDeleter[T] // store, if it is one
-	evicter Evicter[T]        // store, if it is one
-	events  eventStore[T]     // store, if it is one
-	applier listApplier[T]    // store, if it is one
-	chunks  ChunkLister[T]    // lw, if it is one
-	opts    ReflectorOptions  // defaults filled in
+	keyOnly KeyOnlyDeleter[T]     // store, if it is one
+	evicter Evicter[T]            // store, if it is one
+	events  eventStore[T]         // store, if it is one
+	applier listApplier[T]        // store, if it is one
+	chunks  source.ChunkLister[T] // lw, if it is one
+	opts    ReflectorOptions      // defaults filled in
 	logger  *slog.Logger
 	logs    logLimiter
 	prefix  string // starts every reported error
@@ -246,9 +248,9 @@ const maxSkipped = 10000
 
 // NewReflector returns a Reflector that mirrors lw into store. It does
 // nothing until Run.
-func NewReflector[T any](lw ListWatcher[T], store ReflectorStore[T], opts ReflectorOptions) *Reflector[T] {
+func NewReflector[T any](lw source.ListWatcher[T], store ReflectorStore[T], opts ReflectorOptions) *Reflector[T] {
 	opts.ListWatch = opts.ListWatch.withDefaults()
-	if p, ok := lw.(StreamingListPreferrer); ok && !opts.ListWatch.StreamingList {
+	if p, ok := lw.(source.StreamingListPreferrer); ok && !opts.ListWatch.StreamingList {
 		opts.ListWatch.StreamingList = p.PrefersStreamingList()
 	}
 	logger := opts.Logger
@@ -281,7 +283,7 @@ func NewReflector[T any](lw ListWatcher[T], store ReflectorStore[T], opts Reflec
 	r.evicter, _ = store.(Evicter[T])
 	r.events, _ = store.(eventStore[T])
 	r.applier, _ = store.(listApplier[T])
-	r.chunks, _ = lw.(ChunkLister[T])
+	r.chunks, _ = lw.(source.ChunkLister[T])
 	return r
 }
 
@@ -365,7 +367,7 @@ func (r *Reflector[T]) resumeFrom(rv string, resumed func()) {
 // holds it already (resumeFrom), then watches until a relist is needed. It
 // returns whether that relist may start at once rather than after a pause.
 func (r *Reflector[T]) listAndWatch(ctx context.Context) (relistNow bool) {
-	var w Watcher[T]
+	var w source.Watcher[T]
 	if r.resumed == nil {
 		var ok bool
 		if w, ok = r.sync(ctx); !ok {
@@ -504,5 +506,5 @@ func (r *Reflector[T]) errorf(format string, args ...any) error {
 // isGone reports whether err says a resource version can no longer be
 // served: the Reflector has to list again.
 func isGone(err error) bool {
-	return errors.Is(err, ErrExpired) || errors.Is(err, ErrTooLargeResourceVersion)
+	return errors.Is(err, source.ErrExpired) || errors.Is(err, source.ErrTooLargeResourceVersion)
 }

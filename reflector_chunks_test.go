@@ -11,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -23,11 +24,11 @@ type fakeChunkLW struct {
 	replies chan chunkReply
 
 	mu    sync.Mutex
-	calls []ListOptions
+	calls []source.ListOptions
 }
 
 type chunkReply struct {
-	chunks []ListResult[tobj]
+	chunks []source.ListResult[tobj]
 	err    error
 }
 
@@ -40,13 +41,13 @@ func newFakeChunkLW() *fakeChunkLW {
 func (f *fakeChunkLW) chunked(rv string, err error, chunks ...[]tobj) {
 	var r chunkReply
 	for _, c := range chunks {
-		r.chunks = append(r.chunks, ListResult[tobj]{Items: c, ResourceVersion: rv})
+		r.chunks = append(r.chunks, source.ListResult[tobj]{Items: c, ResourceVersion: rv})
 	}
 	r.err = err
 	f.replies <- r
 }
 
-func (f *fakeChunkLW) ListChunks(ctx context.Context, opts ListOptions, chunk func(ListResult[tobj]) error) error {
+func (f *fakeChunkLW) ListChunks(ctx context.Context, opts source.ListOptions, chunk func(source.ListResult[tobj]) error) error {
 	f.mu.Lock()
 	f.calls = append(f.calls, opts)
 	f.mu.Unlock()
@@ -64,7 +65,7 @@ func (f *fakeChunkLW) ListChunks(ctx context.Context, opts ListOptions, chunk fu
 	return r.err
 }
 
-func (f *fakeChunkLW) chunkCalls() []ListOptions {
+func (f *fakeChunkLW) chunkCalls() []source.ListOptions {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.calls)
@@ -84,7 +85,7 @@ func TestReflector_ListsInChunksWhereTheSourceCanAndHandsAPlainStoreTheWholeList
 		lw.chunked("7", nil, []tobj{{"a", "1"}, {"b", "1"}}, []tobj{}, []tobj{{"c", "1"}})
 		g.start(t)
 		synctest.Wait()
-		assert.Equal(t, []ListOptions{{ResourceVersion: "0", Limit: 3}}, lw.chunkCalls())
+		assert.Equal(t, []source.ListOptions{{ResourceVersion: "0", Limit: 3}}, lw.chunkCalls())
 		assert.Empty(t, g.lw.Lists(), "List is not called")
 		assert.Equal(t, []string{"replace@7 [a=1 b=1 c=1]"}, g.store.Log())
 		assert.Equal(t, "7", g.r.Freshness().ResourceVersion)
@@ -121,13 +122,13 @@ func TestReflector_CompactionInTheMiddleOfTheNewestStateReadsItInOneRequest(t *t
 		g.lw.page("7", "", tobj{"a", "1"}, tobj{"b", "1"})
 		g.start(t)
 		synctest.Wait()
-		assert.Equal(t, []ListOptions{{ResourceVersion: "0", Limit: 3}, {ResourceVersion: "", Limit: 3}}, lw.chunkCalls())
-		assert.Equal(t, []ListOptions{{ResourceVersion: "", Limit: 0}}, listOpts(g.lw.Lists()), "then one request")
+		assert.Equal(t, []source.ListOptions{{ResourceVersion: "0", Limit: 3}, {ResourceVersion: "", Limit: 3}}, lw.chunkCalls())
+		assert.Equal(t, []source.ListOptions{{ResourceVersion: "", Limit: 0}}, listOpts(g.lw.Lists()), "then one request")
 		assert.Equal(t, []string{"replace@7 [a=1 b=1]"}, g.store.Log(), "a failed list reaches a plain store not at all")
 		errs := g.errs.Errors()
 		require.Len(t, errs, 2)
 		for _, err := range errs {
-			assert.ErrorIs(t, err, ErrExpired)
+			assert.ErrorIs(t, err, source.ErrExpired)
 		}
 		g.stopRun()
 	})
@@ -177,7 +178,7 @@ func TestReflector_HandsAListApplierEachChunkAsItComes(t *testing.T) {
 		lw.chunked("6", nil, []tobj{{"a", "2"}, {"b", "1"}}, []tobj{{"c", "1"}})
 		g.runFor(t, time.Minute)
 		assert.Equal(t, []string{"chunk [a=1]", "failed", "chunk [a=2 b=1]", "chunk [c=1]", "done@6"}, g.store.Log())
-		assert.Equal(t, []ListOptions{{ResourceVersion: "0", Limit: 3}, {ResourceVersion: "5", Limit: 3}}, lw.chunkCalls(),
+		assert.Equal(t, []source.ListOptions{{ResourceVersion: "0", Limit: 3}, {ResourceVersion: "5", Limit: 3}}, lw.chunkCalls(),
 			"after a list that failed midway, the next is read at its version or newer")
 		g.stopRun()
 	})

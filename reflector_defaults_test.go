@@ -10,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -63,7 +64,7 @@ type failingSource struct {
 func (s failingSource) PrefersStreamingList() bool { return s.streaming }
 
 func TestInformer_FirstFailureToReachTheSourceIsReportedAtOnce(t *testing.T) {
-	refused := fmt.Errorf("dial tcp 127.0.0.1:2379: connect: connection refused: %w", ErrUnavailable)
+	refused := fmt.Errorf("dial tcp 127.0.0.1:2379: connect: connection refused: %w", source.ErrUnavailable)
 	for _, streaming := range []bool{false, true} {
 		for _, handler := range []bool{true, false} {
 			name := fmt.Sprintf("streaming=%v, ErrorHandler=%v", streaming, handler)
@@ -93,13 +94,13 @@ func TestInformer_FirstFailureToReachTheSourceIsReportedAtOnce(t *testing.T) {
 					require.Equal(t, start, time.Now(), "no time passed: the report is at once")
 
 					f := inf.Freshness()
-					require.ErrorIs(t, f.Err, ErrUnavailable, "Freshness().Err")
+					require.ErrorIs(t, f.Err, source.ErrUnavailable, "Freshness().Err")
 					assert.Contains(t, f.Err.Error(), "connection refused", "with the cause")
 					if handler {
 						mu.Lock()
 						defer mu.Unlock()
 						require.Len(t, errs, 1, "the ErrorHandler")
-						assert.ErrorIs(t, errs[0], ErrUnavailable)
+						assert.ErrorIs(t, errs[0], source.ErrUnavailable)
 						assert.Contains(t, errs[0].Error(), "connection refused")
 						return
 					}
@@ -135,8 +136,8 @@ func TestInformer_StreamingListWithoutItsEndSyncsThroughAPagedList(t *testing.T)
 			// Each pause is under the bound: only the silence counts.
 			stream: []step{
 				addedEvent("a", "1", ""),
-				{after: 8 * time.Second, ev: Event[tobj]{Type: EventAdded, Object: tobj{"b", "1"}}},
-				{after: 8 * time.Second, ev: Event[tobj]{Type: EventAdded, Object: tobj{"c", "1"}}},
+				{after: 8 * time.Second, ev: source.Event[tobj]{Type: source.Added, Object: tobj{"b", "1"}}},
+				{after: 8 * time.Second, ev: source.Event[tobj]{Type: source.Added, Object: tobj{"c", "1"}}},
 			},
 			pageSize: 1,
 			listRV:   "",
@@ -146,7 +147,7 @@ func TestInformer_StreamingListWithoutItsEndSyncsThroughAPagedList(t *testing.T)
 			name:   "stream goes on with changes",
 			stream: []step{addedEvent("a", "1", ""), modified("a", "2", "8")},
 			listRV: "0",
-			cause:  "Modified event before it, after 1 objects",
+			cause:  "updated event before it, after 1 objects",
 		},
 	}
 	for _, tt := range tests {

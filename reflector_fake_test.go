@@ -10,6 +10,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/listwatch/mirror/source"
 )
 
 // tobj is the object type of the Reflector tests.
@@ -30,17 +32,17 @@ type fakeLW struct {
 }
 
 type listCall struct {
-	Opts ListOptions
+	Opts source.ListOptions
 	At   time.Time
 }
 
 type watchCall struct {
-	Opts WatchOptions
+	Opts source.WatchOptions
 	At   time.Time
 }
 
 type listReply struct {
-	res ListResult[tobj]
+	res source.ListResult[tobj]
 	err error
 }
 
@@ -55,7 +57,7 @@ func newFakeLW() *fakeLW {
 
 // page queues a successful List reply.
 func (f *fakeLW) page(rv, cont string, items ...tobj) {
-	f.lists <- listReply{res: ListResult[tobj]{Items: items, ResourceVersion: rv, Continue: cont}}
+	f.lists <- listReply{res: source.ListResult[tobj]{Items: items, ResourceVersion: rv, Continue: cont}}
 }
 
 // listErr queues a failing List reply.
@@ -72,19 +74,19 @@ func (f *fakeLW) watch(steps ...step) *fakeWatcher {
 // watchErr queues a failing Watch reply.
 func (f *fakeLW) watchErr(err error) { f.watches <- watchReply{err: err} }
 
-func (f *fakeLW) List(ctx context.Context, opts ListOptions) (ListResult[tobj], error) {
+func (f *fakeLW) List(ctx context.Context, opts source.ListOptions) (source.ListResult[tobj], error) {
 	f.mu.Lock()
 	f.listCalls = append(f.listCalls, listCall{opts, time.Now()})
 	f.mu.Unlock()
 	select {
 	case <-ctx.Done():
-		return ListResult[tobj]{}, ctx.Err()
+		return source.ListResult[tobj]{}, ctx.Err()
 	case r := <-f.lists:
 		return r.res, r.err
 	}
 }
 
-func (f *fakeLW) Watch(ctx context.Context, opts WatchOptions) (Watcher[tobj], error) {
+func (f *fakeLW) Watch(ctx context.Context, opts source.WatchOptions) (source.Watcher[tobj], error) {
 	f.mu.Lock()
 	f.watchCalls = append(f.watchCalls, watchCall{opts, time.Now()})
 	f.mu.Unlock()
@@ -138,32 +140,32 @@ func (f *fakeLW) WatchVersions() []string {
 // in a synctest bubble), then return ev, or end the stream with err.
 type step struct {
 	after time.Duration
-	ev    Event[tobj]
+	ev    source.Event[tobj]
 	err   error
 }
 
 func addedEvent(key, val, rv string) step {
-	return step{ev: Event[tobj]{Type: EventAdded, Object: tobj{key, val}, ResourceVersion: rv}}
+	return step{ev: source.Event[tobj]{Type: source.Added, Object: tobj{key, val}, ResourceVersion: rv}}
 }
 
 func modified(key, val, rv string) step {
-	return step{ev: Event[tobj]{Type: EventModified, Object: tobj{key, val}, ResourceVersion: rv}}
+	return step{ev: source.Event[tobj]{Type: source.Updated, Object: tobj{key, val}, ResourceVersion: rv}}
 }
 
 func deletedEvent(key, val, rv string) step {
-	return step{ev: Event[tobj]{Type: EventDeleted, Object: tobj{key, val}, ResourceVersion: rv}}
+	return step{ev: source.Event[tobj]{Type: source.Deleted, Object: tobj{key, val}, ResourceVersion: rv}}
 }
 
 func bookmark(rv string) step {
-	return step{ev: Event[tobj]{Type: EventBookmark, ResourceVersion: rv}}
+	return step{ev: source.Event[tobj]{Type: source.Bookmark, ResourceVersion: rv}}
 }
 
 func initialEnd(rv string) step {
-	return step{ev: Event[tobj]{Type: EventBookmark, ResourceVersion: rv, InitialEventsEnd: true}}
+	return step{ev: source.Event[tobj]{Type: source.Bookmark, ResourceVersion: rv, InitialEventsEnd: true}}
 }
 
 func errEvent(rv string, err error) step {
-	return step{ev: Event[tobj]{Type: EventError, ResourceVersion: rv, Err: err}}
+	return step{ev: source.Event[tobj]{Type: source.Error, ResourceVersion: rv, Err: err}}
 }
 
 func end(err error) step { return step{err: err} }
@@ -195,9 +197,9 @@ func (w *fakeWatcher) push(steps ...step) {
 	}
 }
 
-func (w *fakeWatcher) Next(ctx context.Context) (Event[tobj], error) {
+func (w *fakeWatcher) Next(ctx context.Context) (source.Event[tobj], error) {
 	if w.err != nil {
-		return Event[tobj]{}, w.err
+		return source.Event[tobj]{}, w.err
 	}
 	select {
 	case <-ctx.Done():
@@ -211,10 +213,10 @@ func (w *fakeWatcher) Next(ctx context.Context) (Event[tobj], error) {
 			select {
 			case <-ctx.Done():
 				w.err = ctx.Err()
-				return Event[tobj]{}, w.err
+				return source.Event[tobj]{}, w.err
 			case <-w.stop:
 				w.err = io.EOF
-				return Event[tobj]{}, w.err
+				return source.Event[tobj]{}, w.err
 			case <-t.C:
 			}
 		}
@@ -223,7 +225,7 @@ func (w *fakeWatcher) Next(ctx context.Context) (Event[tobj], error) {
 		}
 		w.err = s.err
 	}
-	return Event[tobj]{}, w.err
+	return source.Event[tobj]{}, w.err
 }
 
 func (w *fakeWatcher) Stop() { w.stopOnce.Do(func() { close(w.stop) }) }

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/listwatch/mirror/source"
 )
 
 // errStreamCut is reported when a streaming list ends before the bookmark
@@ -26,7 +28,7 @@ var errStreamStalled = errors.New("stalled")
 // sync replaces the store's content with the source's, by a streaming list
 // if that is enabled (returning its still open Watcher) or else by List.
 // It reports whether it succeeded.
-func (r *Reflector[T]) sync(ctx context.Context) (Watcher[T], bool) {
+func (r *Reflector[T]) sync(ctx context.Context) (source.Watcher[T], bool) {
 	for r.opts.ListWatch.StreamingList && !r.noStreaming {
 		rv := r.streamVersion()
 		w, err := r.streamList(ctx, rv)
@@ -106,7 +108,7 @@ func (r *Reflector[T]) list(ctx context.Context) error {
 // It returns the version of the list, the number of objects it held and,
 // for an error, whether it came after the first page.
 func (r *Reflector[T]) listPages(ctx context.Context, rv string, limit int64, sink *listSink[T]) (listRV string, n int, midList bool, err error) {
-	opts := ListOptions{ResourceVersion: rv, Limit: limit}
+	opts := source.ListOptions{ResourceVersion: rv, Limit: limit}
 	for page := 1; ; page++ {
 		res, err := r.lw.List(ctx, opts)
 		if err != nil {
@@ -121,7 +123,7 @@ func (r *Reflector[T]) listPages(ctx context.Context, rv string, limit int64, si
 			return listRV, n, false, nil
 		}
 		// The continue token fixes the version of the later pages.
-		opts = ListOptions{Limit: limit, Continue: res.Continue}
+		opts = source.ListOptions{Limit: limit, Continue: res.Continue}
 	}
 }
 
@@ -129,7 +131,7 @@ func (r *Reflector[T]) listPages(ctx context.Context, rv string, limit int64, si
 // it returns as listPages does.
 func (r *Reflector[T]) listChunks(ctx context.Context, rv string, limit int64, sink *listSink[T]) (listRV string, n int, midList bool, err error) {
 	chunks := 0
-	err = r.chunks.ListChunks(ctx, ListOptions{ResourceVersion: rv, Limit: limit}, func(res ListResult[T]) error {
+	err = r.chunks.ListChunks(ctx, source.ListOptions{ResourceVersion: rv, Limit: limit}, func(res source.ListResult[T]) error {
 		if chunks == 0 {
 			listRV = res.ResourceVersion
 		}
@@ -146,7 +148,7 @@ func (r *Reflector[T]) listChunks(ctx context.Context, rv string, limit int64, s
 
 // takeChunk reports what a page or chunk of the list at listRV skipped and
 // hands its objects to sink.
-func (r *Reflector[T]) takeChunk(sink *listSink[T], res ListResult[T], listRV string) {
+func (r *Reflector[T]) takeChunk(sink *listSink[T], res source.ListResult[T], listRV string) {
 	for _, skipped := range res.Skipped {
 		r.reportSkipped(r.errorf("list at version %q: %w", listRV, skipped), r.listSkipped)
 	}
@@ -162,7 +164,7 @@ func (r *Reflector[T]) takeChunk(sink *listSink[T], res ListResult[T], listRV st
 // (rv and the last version seen are both ""): then a retry after a
 // failure reads consistently too, so it cannot go back behind a part
 // already applied. Any other streaming list is handed over whole.
-func (r *Reflector[T]) streamList(ctx context.Context, rv string) (Watcher[T], error) {
+func (r *Reflector[T]) streamList(ctx context.Context, rv string) (source.Watcher[T], error) {
 	r.attemptStart = time.Now()
 	w, err := r.openWatch(ctx, rv, true)
 	if err != nil {
@@ -199,20 +201,20 @@ func (r *Reflector[T]) streamList(ctx context.Context, rv string) (Watcher[T], e
 		}
 		r.stats.events.Add(1)
 		switch ev.Type {
-		case EventAdded:
+		case source.Added:
 			items = append(items, ev.Object)
 			n++
 			if sink.applier != nil && int64(len(items)) >= r.opts.ListWatch.PageSize {
 				sink.add(items)
 				items = nil
 			}
-		case EventBookmark:
+		case source.Bookmark:
 			if ev.InitialEventsEnd {
 				sink.add(items)
 				r.replace(sink, n, ev.ResourceVersion)
 				return w, nil
 			}
-		case EventError:
+		case source.Error:
 			// A streaming list holds only what it could produce; an
 			// object it could not is left out, as a List leaves it out.
 			r.reportSkipped(r.errorf("streaming list from version %q: %w", rv, eventErr(ev)), r.listSkipped)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/memsource"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -30,7 +31,7 @@ type kv struct {
 func kvKey(o kv) (string, error) { return o.Key, nil }
 
 var (
-	errSourceDown = fmt.Errorf("test: source down: %w", mirror.ErrUnavailable)
+	errSourceDown = fmt.Errorf("test: source down: %w", source.ErrUnavailable)
 	errSourceBoom = errors.New("test: boom")
 )
 
@@ -229,7 +230,7 @@ func TestReflector_ConvergesOnMemsourceUnderFaults(t *testing.T) {
 					}
 					errsMu.Lock()
 					for _, err := range errs {
-						assert.True(t, errors.Is(err, mirror.ErrUnavailable) || errors.Is(err, mirror.ErrExpired) ||
+						assert.True(t, errors.Is(err, source.ErrUnavailable) || errors.Is(err, source.ErrExpired) ||
 							errors.Is(err, errSourceBoom), "reported error of an unknown kind: %v", err)
 					}
 					errsMu.Unlock()
@@ -248,29 +249,29 @@ func TestReflector_ConvergesOnMemsourceUnderFaults(t *testing.T) {
 // recordingLW passes calls to a ListWatcher and records their options;
 // before passing a call on, it runs the hook set for it, if any.
 type recordingLW struct {
-	lw mirror.ListWatcher[kv]
+	lw source.ListWatcher[kv]
 
 	mu      sync.Mutex
-	lists   []mirror.ListOptions
-	watches []mirror.WatchOptions
-	onList  func(call int, opts mirror.ListOptions) error
-	onWatch func(call int, opts mirror.WatchOptions) error
+	lists   []source.ListOptions
+	watches []source.WatchOptions
+	onList  func(call int, opts source.ListOptions) error
+	onWatch func(call int, opts source.WatchOptions) error
 }
 
-func (l *recordingLW) List(ctx context.Context, opts mirror.ListOptions) (mirror.ListResult[kv], error) {
+func (l *recordingLW) List(ctx context.Context, opts source.ListOptions) (source.ListResult[kv], error) {
 	l.mu.Lock()
 	l.lists = append(l.lists, opts)
 	hook, call, lw := l.onList, len(l.lists), l.lw
 	l.mu.Unlock()
 	if hook != nil {
 		if err := hook(call, opts); err != nil {
-			return mirror.ListResult[kv]{}, err
+			return source.ListResult[kv]{}, err
 		}
 	}
 	return lw.List(ctx, opts)
 }
 
-func (l *recordingLW) Watch(ctx context.Context, opts mirror.WatchOptions) (mirror.Watcher[kv], error) {
+func (l *recordingLW) Watch(ctx context.Context, opts source.WatchOptions) (source.Watcher[kv], error) {
 	l.mu.Lock()
 	l.watches = append(l.watches, opts)
 	hook, call, lw := l.onWatch, len(l.watches), l.lw
@@ -283,13 +284,13 @@ func (l *recordingLW) Watch(ctx context.Context, opts mirror.WatchOptions) (mirr
 	return lw.Watch(ctx, opts)
 }
 
-func (l *recordingLW) Lists() []mirror.ListOptions {
+func (l *recordingLW) Lists() []source.ListOptions {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return slices.Clone(l.lists)
 }
 
-func (l *recordingLW) Watches() []mirror.WatchOptions {
+func (l *recordingLW) Watches() []source.WatchOptions {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return slices.Clone(l.watches)
@@ -306,7 +307,7 @@ func TestReflector_MemsourceExpiredContinuationRelistsFromScratch(t *testing.T) 
 		src := memsource.New(kvKey, memsource.Options{})
 		fill(src, 10)
 		lw := &recordingLW{lw: src}
-		lw.onList = func(call int, opts mirror.ListOptions) error {
+		lw.onList = func(call int, opts source.ListOptions) error {
 			if call == 2 { // the first continuation: the source moves on and compacts
 				src.Put(kv{"new", 1})
 				src.Delete("k00")
@@ -322,9 +323,9 @@ func TestReflector_MemsourceExpiredContinuationRelistsFromScratch(t *testing.T) 
 
 		lists := lw.Lists()
 		require.Len(t, lists, 5)
-		assert.Equal(t, mirror.ListOptions{ResourceVersion: "0", Limit: 4}, lists[0])
+		assert.Equal(t, source.ListOptions{ResourceVersion: "0", Limit: 4}, lists[0])
 		assert.NotEmpty(t, lists[1].Continue)
-		assert.Equal(t, mirror.ListOptions{ResourceVersion: "", Limit: 4}, lists[2], "from scratch, consistent")
+		assert.Equal(t, source.ListOptions{ResourceVersion: "", Limit: 4}, lists[2], "from scratch, consistent")
 		assert.Equal(t, int64(1), r.Stats().Lists, "one list completed")
 		assert.Empty(t, store.stray)
 	})
@@ -346,7 +347,7 @@ func TestReflector_MemsourceTooLargeVersionRelistsConsistently(t *testing.T) {
 
 		lw.mu.Lock()
 		lw.lw = replica
-		lw.onWatch = func(call int, opts mirror.WatchOptions) error {
+		lw.onWatch = func(call int, opts source.WatchOptions) error {
 			if opts.ResourceVersion == "51" {
 				return errSourceBoom // the rewatch fails: relist at 51
 			}

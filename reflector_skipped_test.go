@@ -7,6 +7,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -21,7 +22,7 @@ func badValue(key, rv string) *ObjectError {
 }
 
 func TestReflector_KeyOnlyErrorEventEvictsTheObject(t *testing.T) {
-	evict := step{ev: Event[tobj]{Type: EventError, Object: tobj{Key: "a"}, ResourceVersion: "12",
+	evict := step{ev: source.Event[tobj]{Type: source.Error, Object: tobj{Key: "a"}, ResourceVersion: "12",
 		KeyOnly: true, Err: badValue("a", "12")}}
 	// Without KeyOnly the event names no object: the store is left alone.
 	plain := errEvent("13", badValue("b", "13"))
@@ -64,7 +65,7 @@ func TestReflector_SkippedObjectIsReportedOncePerState(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newRig(ReflectorOptions{})
 		list := func(rv string, skipped ...error) {
-			g.lw.lists <- listReply{res: ListResult[tobj]{ResourceVersion: rv, Skipped: skipped}}
+			g.lw.lists <- listReply{res: source.ListResult[tobj]{ResourceVersion: rv, Skipped: skipped}}
 		}
 		// The first list skips bad@9; the watch sees worse@12 fail.
 		list("10", badValue("bad", "9"))
@@ -111,7 +112,7 @@ func TestReflector_SkippedObjectIsReportedBeforeItsEviction(t *testing.T) {
 		}
 		r := NewReflector[tobj](lw, evictingStore{rec}, ReflectorOptions{ErrorHandler: report})
 		lw.page("10", "", tobj{"a", "1"})
-		lw.watch(step{ev: Event[tobj]{Type: EventError, Object: tobj{Key: "a"}, ResourceVersion: "12",
+		lw.watch(step{ev: source.Event[tobj]{Type: source.Error, Object: tobj{Key: "a"}, ResourceVersion: "12",
 			KeyOnly: true, Err: badValue("a", "12")}})
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan struct{})

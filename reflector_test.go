@@ -14,6 +14,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -21,17 +22,17 @@ import (
 // Errors as a source would return them: wrapped, found by errors.Is.
 var (
 	errBoom           = errors.New("boom")
-	errSrcExpired     = fmt.Errorf("source: compacted: %w", ErrExpired)
-	errSrcTooLarge    = fmt.Errorf("source: lagging: %w", ErrTooLargeResourceVersion)
-	errSrcUnavailable = fmt.Errorf("source: no leader: %w", ErrUnavailable)
+	errSrcExpired     = fmt.Errorf("source: compacted: %w", source.ErrExpired)
+	errSrcTooLarge    = fmt.Errorf("source: lagging: %w", source.ErrTooLargeResourceVersion)
+	errSrcUnavailable = fmt.Errorf("source: no leader: %w", source.ErrUnavailable)
 	errSrcUnsupported = fmt.Errorf("source: no streaming: %w", errors.ErrUnsupported)
 )
 
 // noJitter makes pauses exact, so tests can compare them.
 const noJitter = -1
 
-func listOpts(calls []listCall) []ListOptions {
-	var opts []ListOptions
+func listOpts(calls []listCall) []source.ListOptions {
+	var opts []source.ListOptions
 	for _, c := range calls {
 		opts = append(opts, c.Opts)
 	}
@@ -59,7 +60,7 @@ func TestReflector_ListsFirstAtAnyVersionPagedThenReplaces(t *testing.T) {
 				g.start(t)
 				synctest.Wait()
 
-				assert.Equal(t, []ListOptions{
+				assert.Equal(t, []source.ListOptions{
 					{ResourceVersion: "0", Limit: tt.limit},
 					{Limit: tt.limit, Continue: "c1"},
 					{Limit: tt.limit, Continue: "c2"},
@@ -91,7 +92,7 @@ func TestReflector_GoneVersionOnListRelistsConsistentlyAtOnce(t *testing.T) {
 	tests := []struct {
 		name      string
 		script    func(lw *fakeLW)
-		wantLists []ListOptions
+		wantLists []source.ListOptions
 		wantLog   []string
 	}{{
 		name: "first page expired",
@@ -99,7 +100,7 @@ func TestReflector_GoneVersionOnListRelistsConsistentlyAtOnce(t *testing.T) {
 			lw.listErr(errSrcExpired)
 			lw.page("20", "", tobj{"a", "1"})
 		},
-		wantLists: []ListOptions{{ResourceVersion: "0", Limit: 2}, {ResourceVersion: "", Limit: 2}},
+		wantLists: []source.ListOptions{{ResourceVersion: "0", Limit: 2}, {ResourceVersion: "", Limit: 2}},
 		wantLog:   []string{"replace@20 [a=1]"},
 	}, {
 		name: "continuation expired: relist from scratch",
@@ -108,7 +109,7 @@ func TestReflector_GoneVersionOnListRelistsConsistentlyAtOnce(t *testing.T) {
 			lw.listErr(errSrcExpired)
 			lw.page("20", "", tobj{"b", "2"})
 		},
-		wantLists: []ListOptions{
+		wantLists: []source.ListOptions{
 			{ResourceVersion: "0", Limit: 2},
 			{Limit: 2, Continue: "c1"},
 			{ResourceVersion: "", Limit: 2},
@@ -122,7 +123,7 @@ func TestReflector_GoneVersionOnListRelistsConsistentlyAtOnce(t *testing.T) {
 			lw.listErr(errSrcExpired)
 			lw.page("30", "", tobj{"a", "1"}, tobj{"b", "1"}, tobj{"c", "1"})
 		},
-		wantLists: []ListOptions{
+		wantLists: []source.ListOptions{
 			{ResourceVersion: "0", Limit: 2},
 			{ResourceVersion: "", Limit: 2},
 			{Limit: 2, Continue: "c1"},
@@ -137,7 +138,7 @@ func TestReflector_GoneVersionOnListRelistsConsistentlyAtOnce(t *testing.T) {
 			lw.listErr(errSrcTooLarge)
 			lw.page("15", "", tobj{"a", "1"})
 		},
-		wantLists: []ListOptions{
+		wantLists: []source.ListOptions{
 			{ResourceVersion: "0", Limit: 2},
 			{ResourceVersion: "12", Limit: 2},
 			{ResourceVersion: "", Limit: 2},
@@ -253,7 +254,7 @@ func TestReflector_AppliesEventsInOrderAndAdvancesVersion(t *testing.T) {
 		{step: deletedEvent("a", "2", "15"), wantRV: "15", wantLog: "delete a=2"},
 		{step: errEvent("", objErr), wantRV: "15"},
 		{step: errEvent("16", objErr), wantRV: "16"},
-		{step: step{ev: Event[tobj]{Type: EventType(42), ResourceVersion: "17"}}, wantRV: "17"},
+		{step: step{ev: source.Event[tobj]{Type: source.EventType(42), ResourceVersion: "17"}}, wantRV: "17"},
 	}
 	synctest.Test(t, func(t *testing.T) {
 		g := newRig(ReflectorOptions{})
@@ -292,7 +293,7 @@ type keyOnlyStore struct{ *recStore }
 func (s keyOnlyStore) DeleteKeyOnly(obj tobj) error { return s.record("delete-key-only", obj) }
 
 func TestReflector_KeyOnlyDeletionGoesToDeleteKeyOnlyWhereTheStoreHasIt(t *testing.T) {
-	keyOnly := step{ev: Event[tobj]{Type: EventDeleted, Object: tobj{Key: "a"}, ResourceVersion: "12", KeyOnly: true}}
+	keyOnly := step{ev: source.Event[tobj]{Type: source.Deleted, Object: tobj{Key: "a"}, ResourceVersion: "12", KeyOnly: true}}
 	for _, tc := range []struct {
 		name    string
 		store   func(*recStore) ReflectorStore[tobj]
@@ -384,7 +385,7 @@ func TestReflector_ExpiredWatchRelistsAtLastVersionThenConsistent(t *testing.T) 
 		assert.Equal(t, []time.Duration{0, 0}, gaps(listTimes(calls)), "relists at once")
 		assert.Equal(t, []string{"10", "20"}, g.lw.WatchVersions())
 		require.NotEmpty(t, g.errs.Errors())
-		assert.ErrorIs(t, g.errs.Errors()[0], ErrExpired, "the expiry is reported")
+		assert.ErrorIs(t, g.errs.Errors()[0], source.ErrExpired, "the expiry is reported")
 		g.stopRun()
 	})
 }
@@ -435,7 +436,7 @@ func TestReflector_UnavailableWatchPausesAndRewatchesWithoutRelist(t *testing.T)
 		assert.Equal(t, []time.Duration{800 * time.Millisecond}, gaps(watchTimes(g.lw.Watches())))
 		assert.Len(t, g.lw.Lists(), 1, "no relist")
 		require.Len(t, g.errs.Errors(), 1)
-		assert.ErrorIs(t, g.errs.Errors()[0], ErrUnavailable)
+		assert.ErrorIs(t, g.errs.Errors()[0], source.ErrUnavailable)
 		assert.Equal(t, int64(1), g.r.Stats().WatchRestarts)
 		g.stopRun()
 	})
@@ -883,7 +884,7 @@ func TestReflector_StreamingListWithChangesBeforeEndFallsBackToList(t *testing.T
 		assert.Equal(t, []string{"replace@6 [a=2]"}, g.store.Log(), "the stream changed nothing; the list did")
 		require.Len(t, g.errs.Errors(), 1)
 		assert.ErrorIs(t, g.errs.Errors()[0], errNoInitialEventsEnd)
-		assert.ErrorContains(t, g.errs.Errors()[0], "Modified event before it")
+		assert.ErrorContains(t, g.errs.Errors()[0], "updated event before it")
 		calls := g.lw.Watches()
 		require.Len(t, calls, 2)
 		assert.False(t, calls[1].Opts.SendInitialEvents, "no more streaming lists")
@@ -915,7 +916,7 @@ func TestReflector_ListSkippedObjectsAreReported(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := newRig(ReflectorOptions{})
 		skipped := &ObjectError{Key: "bad", ResourceVersion: "9", Err: errors.New("cannot decode")}
-		g.lw.lists <- listReply{res: ListResult[tobj]{
+		g.lw.lists <- listReply{res: source.ListResult[tobj]{
 			Items: []tobj{{"a", "1"}}, ResourceVersion: "10", Skipped: []error{skipped},
 		}}
 		g.lw.watch()
@@ -972,7 +973,7 @@ func TestReflector_StatsCountRelistsAndRestartsByCauseAndErrorsByKind(t *testing
 	synctest.Test(t, func(t *testing.T) {
 		g := newRig(ReflectorOptions{ListWatch: ListWatchOptions{Jitter: noJitter}})
 		g.lw.listErr(errBoom) // a list error
-		g.lw.lists <- listReply{res: ListResult[tobj]{ResourceVersion: "10",
+		g.lw.lists <- listReply{res: source.ListResult[tobj]{ResourceVersion: "10",
 			Skipped: []error{&ObjectError{Key: "bad", ResourceVersion: "9", Err: errBoom}}}} // a skipped object
 		g.lw.watch(eofAfter(0))                                        // 1: very short
 		g.lw.watch(addedEvent("a", "1", "11"), end(errSrcUnavailable)) // 2: a restart after a short watch
@@ -1040,12 +1041,12 @@ func TestReflector_LogsErrorsAtWarnWithoutHandler(t *testing.T) {
 // them again.
 type benchWatcher struct {
 	i, n int
-	evs  []Event[tobj]
+	evs  []source.Event[tobj]
 }
 
-func (w *benchWatcher) Next(context.Context) (Event[tobj], error) {
+func (w *benchWatcher) Next(context.Context) (source.Event[tobj], error) {
 	if w.i == w.n {
-		return Event[tobj]{}, io.EOF
+		return source.Event[tobj]{}, io.EOF
 	}
 	ev := w.evs[w.i%len(w.evs)]
 	w.i++
@@ -1071,8 +1072,8 @@ func BenchmarkReflector_ApplyWatchEvents(b *testing.B) {
 	const perStream = 1024
 	w := &benchWatcher{n: perStream}
 	for i := range 64 {
-		w.evs = append(w.evs, Event[tobj]{
-			Type: EventModified, Object: tobj{fmt.Sprint("k", i), "v"}, ResourceVersion: fmt.Sprint(100 + i),
+		w.evs = append(w.evs, source.Event[tobj]{
+			Type: source.Updated, Object: tobj{fmt.Sprint("k", i), "v"}, ResourceVersion: fmt.Sprint(100 + i),
 		})
 	}
 	for _, resync := range []time.Duration{0, time.Hour} {

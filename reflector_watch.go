@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"sync/atomic"
 	"time"
+
+	"github.com/listwatch/mirror/source"
 )
 
 // shortWatch is how long a watch must last, unless it delivered an event,
@@ -26,7 +28,7 @@ var errNoWatcher = errors.New("nil Watcher and nil error from Watch")
 // watch applies the events of w, if not nil, and then of new watches from
 // the last version seen, until a relist is needed or ctx is done. It
 // returns whether the relist may start at once.
-func (r *Reflector[T]) watch(ctx context.Context, w Watcher[T]) (relistNow bool) {
+func (r *Reflector[T]) watch(ctx context.Context, w source.Watcher[T]) (relistNow bool) {
 	start := time.Now()
 	// restart, once a watch has ended, counts the next watch opened as a
 	// restart, for the reason the last one ended.
@@ -100,7 +102,7 @@ func (r *Reflector[T]) watchFailed(ctx context.Context, from, reached string, er
 	r.fail(&r.stats.watchErrors, r.errorf("%s: %w; %s", watchName(from, reached), err, afterWatchError(err, reached)))
 	// An unavailable source still has the history after the version the
 	// Reflector holds; a relist would only add load when it comes back.
-	return errors.Is(err, ErrUnavailable) && r.pause(ctx)
+	return errors.Is(err, source.ErrUnavailable) && r.pause(ctx)
 }
 
 // watchName names a watch in an error: by the version it started from
@@ -117,7 +119,7 @@ func watchName(from, reached string) string {
 // that reached version rv (see watch).
 func afterWatchError(err error, rv string) string {
 	switch {
-	case errors.Is(err, ErrUnavailable):
+	case errors.Is(err, source.ErrUnavailable):
 		return fmt.Sprintf("watching again from version %q after a pause", rv)
 	case isGone(err):
 		return "listing again"
@@ -131,7 +133,7 @@ func afterWatchError(err error, rv string) string {
 // and no event came in since, in which case the source keeps expiring the
 // versions it hands out and a pause is due.
 func (r *Reflector[T]) relistAfter(err error) (relistNow bool) {
-	if errors.Is(err, ErrTooLargeResourceVersion) {
+	if errors.Is(err, source.ErrTooLargeResourceVersion) {
 		r.setVersionGone()
 	}
 	if !isGone(err) {
@@ -154,7 +156,7 @@ func (r *Reflector[T]) relistAfter(err error) (relistNow bool) {
 
 // consume applies the events of w until it ends, and returns how many
 // events it applied and the error that ended it.
-func (r *Reflector[T]) consume(ctx context.Context, w Watcher[T]) (n int, err error) {
+func (r *Reflector[T]) consume(ctx context.Context, w source.Watcher[T]) (n int, err error) {
 	for {
 		ev, err := w.Next(ctx)
 		if err != nil {
@@ -168,13 +170,13 @@ func (r *Reflector[T]) consume(ctx context.Context, w Watcher[T]) (n int, err er
 // apply hands one watch event to the store and records its version. The
 // version advances even if the store refused the object: the event was
 // seen, and asking for it again would bring the same refusal.
-func (r *Reflector[T]) apply(ev Event[T]) {
+func (r *Reflector[T]) apply(ev source.Event[T]) {
 	r.stats.events.Add(1)
 	r.eventsSinceList++
 	if r.change.repeated(at(ev)) {
 		return
 	}
-	if ev.Type == EventError {
+	if ev.Type == source.Error {
 		// Before the store has the eviction, so that the ErrorHandler
 		// has learnt why an object goes before any handler sees it go.
 		r.reportSkipped(r.errorf("watch at version %q: %w", ev.ResourceVersion, eventErr(ev)), nil)
@@ -182,7 +184,7 @@ func (r *Reflector[T]) apply(ev Event[T]) {
 	var err error
 	r.lockStore()
 	switch {
-	case r.events != nil && ev.Type >= EventAdded && ev.Type <= EventError:
+	case r.events != nil && ev.Type >= source.Added && ev.Type <= source.Error:
 		err = r.events.event(ev)
 	default:
 		err = r.applyToStore(ev)
@@ -192,13 +194,13 @@ func (r *Reflector[T]) apply(ev Event[T]) {
 		r.stats.storeErrors.Add(1)
 		r.report(r.errorf("%v event at version %q: %w", ev.Type, ev.ResourceVersion, err))
 	}
-	// An event without a version (an EventError may have none) says
+	// An event without a version (an source.Error may have none) says
 	// nothing about progress; taking "" would make the next watch start
 	// from "now" and miss what came between.
 	// Nor does an event with more of its change to come: a watch that
 	// broke before the rest came must start again at the change.
 	if ev.ResourceVersion != "" && !ev.More {
-		r.confirmed(ev.ResourceVersion, ev.Type == EventBookmark)
+		r.confirmed(ev.ResourceVersion, ev.Type == source.Bookmark)
 	}
 	r.change.handed(at(ev))
 }
@@ -249,21 +251,21 @@ func (c *openChange) handed(pos position) {
 
 // applyToStore hands ev to a store that is not an eventStore, through
 // the store's methods.
-func (r *Reflector[T]) applyToStore(ev Event[T]) error {
+func (r *Reflector[T]) applyToStore(ev source.Event[T]) error {
 	var err error
 	switch ev.Type {
-	case EventAdded:
+	case source.Added:
 		err = r.store.Add(ev.Object)
-	case EventModified:
+	case source.Updated:
 		err = r.store.Update(ev.Object)
-	case EventDeleted:
+	case source.Deleted:
 		if ev.KeyOnly && r.keyOnly != nil {
 			err = r.keyOnly.DeleteKeyOnly(ev.Object)
 		} else {
 			err = r.store.Delete(ev.Object)
 		}
-	case EventBookmark:
-	case EventError:
+	case source.Bookmark:
+	case source.Error:
 		if ev.KeyOnly {
 			err = r.evict(ev.Object)
 		}
@@ -277,10 +279,10 @@ func (r *Reflector[T]) applyToStore(ev Event[T]) error {
 // its version: the informer's queues are, so that the informer knows
 // which version its cache is at once it has applied what they hold.
 type eventStore[T any] interface {
-	// event takes ev: a change, a bookmark, or an EventError (to be
+	// event takes ev: a change, a bookmark, or an source.Error (to be
 	// evicted if KeyOnly), as the Reflector would hand it to the store's
 	// other methods.
-	event(ev Event[T]) error
+	event(ev source.Event[T]) error
 }
 
 // evict drops the object obj identifies from the store: with Evict where
@@ -294,8 +296,8 @@ func (r *Reflector[T]) evict(obj T) error {
 
 // openWatch starts a watch from rv, with bookmarks and a random timeout in
 // [WatchTimeout, 2*WatchTimeout); initialEvents asks for a streaming list.
-func (r *Reflector[T]) openWatch(ctx context.Context, rv string, initialEvents bool) (Watcher[T], error) {
-	w, err := r.lw.Watch(ctx, WatchOptions{
+func (r *Reflector[T]) openWatch(ctx context.Context, rv string, initialEvents bool) (source.Watcher[T], error) {
+	w, err := r.lw.Watch(ctx, source.WatchOptions{
 		ResourceVersion:   rv,
 		AllowBookmarks:    true,
 		SendInitialEvents: initialEvents,
@@ -308,8 +310,8 @@ func (r *Reflector[T]) openWatch(ctx context.Context, rv string, initialEvents b
 	return w, err
 }
 
-// eventErr returns the error an EventError carries.
-func eventErr[T any](ev Event[T]) error {
+// eventErr returns the error an source.Error carries.
+func eventErr[T any](ev source.Event[T]) error {
 	if ev.Err == nil {
 		return errors.New("error event without a cause")
 	}

@@ -69,7 +69,7 @@ func (inf *Informer[K, T]) AddEventHandler(h Handler[T], opts HandlerOptions) (*
 // Handler is told. It is AddEventHandler in every other way: f is called
 // one change at a time, on a goroutine of its own, in the order and under
 // the terms of Handler's calls (a handler added to a running informer is
-// first handed every cached object, as ChangeAdded with
+// first handed every cached object, as Added with
 // OriginInitialList), and the errors are AddEventHandler's.
 func (inf *Informer[K, T]) AddChangeHandler(f func(Change[K, T]), opts HandlerOptions) (*Registration, error) {
 	if f == nil {

@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -34,7 +35,7 @@ func runInformer(t *testing.T, inf *Informer[string, tobj]) {
 }
 
 func TestWaitForSync_ContextEndNamesTheLastFailureAndKeepsWaitingUntilThen(t *testing.T) {
-	refused := fmt.Errorf("dial tcp 127.0.0.1:2379: connection refused: %w", ErrUnavailable)
+	refused := fmt.Errorf("dial tcp 127.0.0.1:2379: connection refused: %w", source.ErrUnavailable)
 	tests := []struct {
 		name string
 		// fail makes the source's lists fail; otherwise they hang.
@@ -98,7 +99,7 @@ func TestWaitForSync_ContextEndNamesTheLastFailureAndKeepsWaitingUntilThen(t *te
 					assert.Equal(t, context.DeadlineExceeded, err, "nothing else to say")
 					return
 				}
-				assert.ErrorIs(t, err, ErrUnavailable, "the cause")
+				assert.ErrorIs(t, err, source.ErrUnavailable, "the cause")
 				assert.Contains(t, err.Error(), "mirror: not synced: context deadline exceeded; last error: ")
 				assert.Contains(t, err.Error(), "connection refused")
 			})

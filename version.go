@@ -4,58 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
+
+	"github.com/listwatch/mirror/source"
 )
-
-// ErrInvalidVersion is wrapped by the error for a resource version that a
-// version comparison cannot read.
-var ErrInvalidVersion = errors.New("mirror: invalid resource version")
-
-// VersionComparer is implemented by a ListWatcher whose resource versions
-// are ordered, so that an informer can wait until its cache has applied a
-// given version (Informer.WaitForVersion) and serve consistent reads. The
-// etcd and Kubernetes adapters and memsource implement it. A ListWatcher
-// that wraps another hides it unless it has the method too; an informer
-// can also be given the comparison directly (InformerOptions.CompareVersions).
-type VersionComparer interface {
-	// CompareVersions returns -1 if version a is older than b, 0 if they
-	// are the same version and +1 if a is newer, or an error wrapping
-	// ErrInvalidVersion if either is not a version of this source.
-	CompareVersions(a, b string) (int, error)
-}
-
-// CompareDecimalVersions compares versions that are non-negative decimal
-// integers, as the revisions of etcd and memsource are and as the
-// resource versions of a kube-apiserver backed by etcd are. It returns an
-// error wrapping ErrInvalidVersion for any other string, the empty one
-// included.
-func CompareDecimalVersions(a, b string) (int, error) {
-	x, err := parseDecimalVersion(a)
-	if err != nil {
-		return 0, err
-	}
-	y, err := parseDecimalVersion(b)
-	if err != nil {
-		return 0, err
-	}
-	switch {
-	case x < y:
-		return -1, nil
-	case x > y:
-		return 1, nil
-	}
-	return 0, nil
-}
-
-func parseDecimalVersion(v string) (uint64, error) {
-	n, err := strconv.ParseUint(v, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%w %q: want a decimal revision", ErrInvalidVersion, v)
-	}
-	return n, nil
-}
 
 // versionGate lets readers wait until the cache has applied a version. The
 // goroutine applying the queue publishes the cache's version after each
@@ -130,7 +83,7 @@ func (inf *Informer[K, T]) compareVersions() func(a, b string) (int, error) {
 	if f := inf.opts.CompareVersions; f != nil {
 		return f
 	}
-	if c, ok := inf.lw.(VersionComparer); ok {
+	if c, ok := inf.lw.(source.VersionComparer); ok {
 		return c.CompareVersions
 	}
 	return nil

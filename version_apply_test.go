@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -16,11 +17,11 @@ import (
 func compareNumbers(a, b string) (int, error) {
 	x, err := strconv.Atoi(a)
 	if err != nil {
-		return 0, ErrInvalidVersion
+		return 0, source.ErrInvalidVersion
 	}
 	y, err := strconv.Atoi(b)
 	if err != nil {
-		return 0, ErrInvalidVersion
+		return 0, source.ErrInvalidVersion
 	}
 	return x - y, nil
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/memsource"
+	"github.com/listwatch/mirror/source"
 )
 
 // bounded returns a context that ends a minute of fake time from now, so
@@ -140,26 +141,26 @@ func TestWaitForVersion_BadVersionIsATypedError(t *testing.T) {
 		f.synced()
 		for _, v := range []string{"", "abc", "-1", "1.5"} {
 			err := f.inf.WaitForVersion(bounded(t), v)
-			require.ErrorIs(t, err, mirror.ErrInvalidVersion, "version %q", v)
+			require.ErrorIs(t, err, source.ErrInvalidVersion, "version %q", v)
 		}
 		f.stop()
 	})
 }
 
 // unordered hides the memsource's version order.
-type unordered struct{ mirror.ListWatcher[item] }
+type unordered struct{ source.ListWatcher[item] }
 
 func TestWaitForVersion_WithoutAnOrderIsUnsupported(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		f := newFixtureOver(t, func(s *memsource.Source[item]) mirror.ListWatcher[item] {
+		f := newFixtureOver(t, func(s *memsource.Source[item]) source.ListWatcher[item] {
 			return unordered{s}
 		}, nil)
 		require.ErrorIs(t, f.inf.WaitForVersion(bounded(t), "2"), errors.ErrUnsupported)
 
 		// The option gives the order.
-		f = newFixtureOver(t, func(s *memsource.Source[item]) mirror.ListWatcher[item] {
+		f = newFixtureOver(t, func(s *memsource.Source[item]) source.ListWatcher[item] {
 			return unordered{s}
-		}, func(o *mirror.InformerOptions[string, item]) { o.CompareVersions = mirror.CompareDecimalVersions })
+		}, func(o *mirror.InformerOptions[string, item]) { o.CompareVersions = source.CompareDecimalVersions })
 		f.start()
 		f.synced()
 		require.NoError(t, f.inf.WaitForVersion(bounded(t), "1"))
@@ -182,9 +183,9 @@ func TestCompareDecimalVersions_OrdersRevisions(t *testing.T) {
 		{"-3", "1", 0, true},
 	}
 	for _, tt := range tests {
-		got, err := mirror.CompareDecimalVersions(tt.a, tt.b)
+		got, err := source.CompareDecimalVersions(tt.a, tt.b)
 		if tt.bad {
-			require.ErrorIs(t, err, mirror.ErrInvalidVersion, "%q %q", tt.a, tt.b)
+			require.ErrorIs(t, err, source.ErrInvalidVersion, "%q %q", tt.a, tt.b)
 			continue
 		}
 		require.NoError(t, err)

@@ -137,7 +137,7 @@ func (p *processor[K, T]) wakeWatchdog() {
 func (l *listener[K, T]) callName(state uint64) string {
 	kind := notifyKind(state >> stateKindShift & 3)
 	if l.byChange && kind != 0 {
-		return "change(" + ChangeType(kind).String() + ")"
+		return "change(" + DeltaType(kind).String() + ")"
 	}
 	switch kind {
 	case notifyAdd:

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/memsource"
+	"github.com/listwatch/mirror/source"
 )
 
 // TestInformers_SeeTheSameChanges runs both informers over one source and
@@ -92,7 +92,7 @@ func TestInformers_SeeTheSameChanges(t *testing.T) {
 func TestGenerator_ListsEveryNameOnceInPages(t *testing.T) {
 	g := &Generator{Namespace: namespace, Names: names(1234)}
 	var got []*Obj
-	opts := mirror.ListOptions{Limit: 500}
+	opts := source.ListOptions{Limit: 500}
 	for {
 		res, err := g.List(context.Background(), opts)
 		if err != nil {
@@ -112,7 +112,7 @@ func TestGenerator_ListsEveryNameOnceInPages(t *testing.T) {
 			t.Fatalf("item %d is %s, want %s", i, o.Name, g.Names[i])
 		}
 	}
-	again, _ := g.List(context.Background(), mirror.ListOptions{Limit: 1})
+	again, _ := g.List(context.Background(), source.ListOptions{Limit: 1})
 	if again.Items[0] == got[0] {
 		t.Error("a second list returned the same object, not a fresh one")
 	}

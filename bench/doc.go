@@ -10,7 +10,7 @@
 // unchanged. mirror keys it by a {Namespace, Name} struct (Key), client-go
 // by its "namespace/name" string, as each library is meant to be used.
 //
-// The sources are mirror.ListWatcher implementations (memsource, or a
+// The sources are source.ListWatcher implementations (memsource, or a
 // generator for the memory benchmark); ListerWatcher adapts one to
 // client-go's cache.ListerWatcher, so that both informers read the same
 // source.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/adapters/k8s"
+	"github.com/listwatch/mirror/source"
 	corev1 "k8s.io/api/core/v1"
 )
 
@@ -21,7 +22,7 @@ import (
 func BenchmarkFactory_ReleaseFreesTheCache(b *testing.B) {
 	n := scaled(10_000)
 	w := newWirePods(n)
-	newLW := func(string, k8s.Options) mirror.ListWatcher[*corev1.Pod] {
+	newLW := func(string, k8s.Options) source.ListWatcher[*corev1.Pod] {
 		return podSource[*corev1.Pod]{w, newPod}
 	}
 	req := k8s.Request[*corev1.Pod]{Resource: k8s.Resource{GVR: corev1.SchemeGroupVersion.WithResource("pods")}}

@@ -7,10 +7,10 @@ import (
 	"strconv"
 	"sync"
 
-	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 )
 
-// Generator is a mirror.ListWatcher over a fixed set of objects that it
+// Generator is a source.ListWatcher over a fixed set of objects that it
 // makes afresh on every List, as a client decoding a server's answer
 // would, and keeps no reference to: whatever holds them after a list is
 // the consumer. Its watches carry no events; they end when stopped or
@@ -22,10 +22,10 @@ type Generator struct {
 	Names     []string
 }
 
-// List implements mirror.ListWatcher: the page after opts.Continue (an
+// List implements source.ListWatcher: the page after opts.Continue (an
 // offset), of at most opts.Limit objects.
-func (g *Generator) List(ctx context.Context, opts mirror.ListOptions) (mirror.ListResult[*Obj], error) {
-	var res mirror.ListResult[*Obj]
+func (g *Generator) List(ctx context.Context, opts source.ListOptions) (source.ListResult[*Obj], error) {
+	var res source.ListResult[*Obj]
 	if err := ctx.Err(); err != nil {
 		return res, err
 	}
@@ -51,8 +51,8 @@ func (g *Generator) List(ctx context.Context, opts mirror.ListOptions) (mirror.L
 	return res, nil
 }
 
-// Watch implements mirror.ListWatcher with a stream that has no events.
-func (g *Generator) Watch(ctx context.Context, _ mirror.WatchOptions) (mirror.Watcher[*Obj], error) {
+// Watch implements source.ListWatcher with a stream that has no events.
+func (g *Generator) Watch(ctx context.Context, _ source.WatchOptions) (source.Watcher[*Obj], error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -65,12 +65,12 @@ type idleWatch struct {
 	once    sync.Once
 }
 
-func (w *idleWatch) Next(ctx context.Context) (mirror.Event[*Obj], error) {
+func (w *idleWatch) Next(ctx context.Context) (source.Event[*Obj], error) {
 	select {
 	case <-w.stopped:
-		return mirror.Event[*Obj]{}, io.EOF
+		return source.Event[*Obj]{}, io.EOF
 	case <-ctx.Done():
-		return mirror.Event[*Obj]{}, ctx.Err()
+		return source.Event[*Obj]{}, ctx.Err()
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/memsource"
+	"github.com/listwatch/mirror/source"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -24,7 +25,7 @@ type handlerSpec struct {
 // startInformer starts an informer of one implementation over lw with
 // the handlers, and returns the function that stops it and waits until it
 // has.
-type startInformer func(lw mirror.ListWatcher[*Obj], hs []handlerSpec) (stop func())
+type startInformer func(lw source.ListWatcher[*Obj], hs []handlerSpec) (stop func())
 
 // informerImpls are the implementations the informer benchmarks compare:
 // mirror.Informer with its default queue (in order, atomic relists), and
@@ -38,7 +39,7 @@ var informerImpls = []struct {
 	{"clientgo", startClientGo},
 }
 
-func startMirror(lw mirror.ListWatcher[*Obj], hs []handlerSpec) func() {
+func startMirror(lw source.ListWatcher[*Obj], hs []handlerSpec) func() {
 	// Logs would land in the middle of the benchmark's result lines: a
 	// nil Logger means slog.Default().
 	inf := mirror.NewInformer(lw, mirror.InformerOptions[Key, *Obj]{KeyFunc: KeyOf, Logger: slog.New(slog.DiscardHandler)})
@@ -60,7 +61,7 @@ func startMirror(lw mirror.ListWatcher[*Obj], hs []handlerSpec) func() {
 	return func() { cancel(); <-done }
 }
 
-func startClientGo(lw mirror.ListWatcher[*Obj], hs []handlerSpec) func() {
+func startClientGo(lw source.ListWatcher[*Obj], hs []handlerSpec) func() {
 	inf := cache.NewSharedIndexInformerWithOptions(ListerWatcher{lw}, &Obj{}, cache.SharedIndexInformerOptions{})
 	for _, h := range hs {
 		_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"time"
 
-	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
-// ListerWatcher adapts a mirror.ListWatcher of Objs to client-go's
+// ListerWatcher adapts a source.ListWatcher of Objs to client-go's
 // cache.ListerWatcher, so that a client-go informer reads the same source,
 // and gets the same objects, as a mirror informer.
 //
@@ -24,7 +24,7 @@ import (
 // Deleted objects carry their last
 // version, and bookmarks get a fresh Obj with the bookmark's version.
 type ListerWatcher struct {
-	Source mirror.ListWatcher[*Obj]
+	Source source.ListWatcher[*Obj]
 }
 
 var (
@@ -45,7 +45,7 @@ func (a ListerWatcher) List(opts metav1.ListOptions) (runtime.Object, error) {
 // ListWithContext implements cache.ListerWithContext: one page, as
 // *ObjList.
 func (a ListerWatcher) ListWithContext(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-	res, err := a.Source.List(ctx, mirror.ListOptions{
+	res, err := a.Source.List(ctx, source.ListOptions{
 		ResourceVersion: opts.ResourceVersion,
 		Limit:           opts.Limit,
 		Continue:        opts.Continue,
@@ -68,7 +68,7 @@ func (a ListerWatcher) Watch(opts metav1.ListOptions) (watch.Interface, error) {
 // the source's events to the result channel, which holds up to
 // watch.DefaultChanSize events, as client-go's own watchers do.
 func (a ListerWatcher) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-	wopts := mirror.WatchOptions{
+	wopts := source.WatchOptions{
 		ResourceVersion: opts.ResourceVersion,
 		AllowBookmarks:  opts.AllowWatchBookmarks,
 	}
@@ -86,11 +86,11 @@ func (a ListerWatcher) WatchWithContext(ctx context.Context, opts metav1.ListOpt
 	return cw, nil
 }
 
-// clientWatch is a watch.Interface fed by a mirror.Watcher.
+// clientWatch is a watch.Interface fed by a source.Watcher.
 type clientWatch struct {
 	ch     chan watch.Event
 	cancel context.CancelFunc
-	w      mirror.Watcher[*Obj]
+	w      source.Watcher[*Obj]
 }
 
 // Stop implements watch.Interface.
@@ -109,18 +109,18 @@ func (cw *clientWatch) run(ctx context.Context) {
 		var out watch.Event
 		switch {
 		case err != nil:
-			if ctx.Err() != nil || !errors.Is(err, mirror.ErrExpired) {
+			if ctx.Err() != nil || !errors.Is(err, source.ErrExpired) {
 				return // an ordinary end: the reflector watches again
 			}
 			status := statusError(err).(*apierrors.StatusError).ErrStatus
 			out = watch.Event{Type: watch.Error, Object: &status}
-		case ev.Type == mirror.EventAdded:
+		case ev.Type == source.Added:
 			out = watch.Event{Type: watch.Added, Object: ev.Object}
-		case ev.Type == mirror.EventModified:
+		case ev.Type == source.Updated:
 			out = watch.Event{Type: watch.Modified, Object: ev.Object}
-		case ev.Type == mirror.EventDeleted:
+		case ev.Type == source.Deleted:
 			out = watch.Event{Type: watch.Deleted, Object: ev.Object}
-		case ev.Type == mirror.EventBookmark:
+		case ev.Type == source.Bookmark:
 			out = watch.Event{Type: watch.Bookmark, Object: &Obj{ResourceVersion: ev.ResourceVersion}}
 		default:
 			continue // an object the source could not produce
@@ -139,7 +139,7 @@ func (cw *clientWatch) run(ctx context.Context) {
 // statusError turns an expired version into client-go's 410 Gone, which
 // makes its reflector relist; other errors pass unchanged.
 func statusError(err error) error {
-	if errors.Is(err, mirror.ErrExpired) {
+	if errors.Is(err, source.ErrExpired) {
 		return apierrors.NewResourceExpired(err.Error())
 	}
 	return err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/adapters/k8s"
+	"github.com/listwatch/mirror/source"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -152,27 +153,27 @@ type podSource[T k8s.Object] struct {
 	alloc func() T
 }
 
-func (s podSource[T]) List(context.Context, mirror.ListOptions) (mirror.ListResult[T], error) {
+func (s podSource[T]) List(context.Context, source.ListOptions) (source.ListResult[T], error) {
 	items := make([]T, len(s.w.json))
 	for i := range items {
 		items[i] = s.alloc()
 		s.w.decode(i, items[i])
 	}
-	return mirror.ListResult[T]{Items: items, ResourceVersion: "100000000"}, nil
+	return source.ListResult[T]{Items: items, ResourceVersion: "100000000"}, nil
 }
 
-func (s podSource[T]) Watch(ctx context.Context, _ mirror.WatchOptions) (mirror.Watcher[T], error) {
+func (s podSource[T]) Watch(ctx context.Context, _ source.WatchOptions) (source.Watcher[T], error) {
 	return &idleWatcher[T]{ctx: ctx}, nil
 }
 
 type idleWatcher[T any] struct{ ctx context.Context }
 
-func (w *idleWatcher[T]) Next(ctx context.Context) (mirror.Event[T], error) {
+func (w *idleWatcher[T]) Next(ctx context.Context) (source.Event[T], error) {
 	select {
 	case <-ctx.Done():
 	case <-w.ctx.Done():
 	}
-	return mirror.Event[T]{}, context.Canceled
+	return source.Event[T]{}, context.Canceled
 }
 func (w *idleWatcher[T]) Stop() {}
 

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/memsource"
+	"github.com/listwatch/mirror/source"
 )
 
 // BenchmarkPut measures Put while watchers drain every change, from the
@@ -35,7 +35,7 @@ func BenchmarkPut(b *testing.B) {
 			var wg sync.WaitGroup
 			progress := make([]atomic.Int64, watchers) // the last Val each watcher saw
 			for i := range watchers {
-				w, err := s.Watch(ctx, mirror.WatchOptions{})
+				w, err := s.Watch(ctx, source.WatchOptions{})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -94,7 +94,7 @@ func BenchmarkList(b *testing.B) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		opts := mirror.ListOptions{Limit: pageSize}
+		opts := source.ListOptions{Limit: pageSize}
 		for {
 			page, err := s.List(ctx, opts)
 			if err != nil {

@@ -7,8 +7,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/memsource"
+	"github.com/listwatch/mirror/source"
 )
 
 func TestCurrentVersion_IsTheRevisionOfTheNewestChange(t *testing.T) {
@@ -35,12 +35,12 @@ func TestCompareVersions_OrdersRevisionsAndRefusesOthers(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, -1, c)
 	_, err = src.CompareVersions("9", "ten")
-	require.ErrorIs(t, err, mirror.ErrInvalidVersion)
+	require.ErrorIs(t, err, source.ErrInvalidVersion)
 }
 
 func TestRequestProgress_SendsABookmarkAtTheCurrentRevision(t *testing.T) {
 	src := memsource.New(func(s string) (string, error) { return s, nil }, memsource.Options{})
-	w, err := src.Watch(t.Context(), mirror.WatchOptions{ResourceVersion: "1", AllowBookmarks: true})
+	w, err := src.Watch(t.Context(), source.WatchOptions{ResourceVersion: "1", AllowBookmarks: true})
 	require.NoError(t, err)
 	defer w.Stop()
 	_, err = src.Put("a")
@@ -48,9 +48,9 @@ func TestRequestProgress_SendsABookmarkAtTheCurrentRevision(t *testing.T) {
 	require.NoError(t, src.RequestProgress(t.Context()))
 	ev, err := w.Next(t.Context())
 	require.NoError(t, err)
-	assert.Equal(t, mirror.EventAdded, ev.Type)
+	assert.Equal(t, source.Added, ev.Type)
 	ev, err = w.Next(t.Context())
 	require.NoError(t, err)
-	assert.Equal(t, mirror.EventBookmark, ev.Type)
+	assert.Equal(t, source.Bookmark, ev.Type)
 	assert.Equal(t, "2", ev.ResourceVersion)
 }

@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/memsource"
+	"github.com/listwatch/mirror/source"
 )
 
 // Setting is an object kept in a Source, named by its Name.
@@ -21,13 +21,13 @@ func Example() {
 	src.Put(Setting{"color", "blue"})
 	src.Put(Setting{"size", "L"})
 
-	list, err := src.List(ctx, mirror.ListOptions{})
+	list, err := src.List(ctx, source.ListOptions{})
 	if err != nil {
 		panic(err)
 	}
 	fmt.Println("listed at", list.ResourceVersion, list.Items)
 
-	w, err := src.Watch(ctx, mirror.WatchOptions{ResourceVersion: list.ResourceVersion})
+	w, err := src.Watch(ctx, source.WatchOptions{ResourceVersion: list.ResourceVersion})
 	if err != nil {
 		panic(err)
 	}
@@ -44,8 +44,8 @@ func Example() {
 	}
 	// Output:
 	// listed at 3 [{color blue} {size L}]
-	// 4 Modified {color green}
-	// 5 Deleted {size L}
+	// 4 updated {color green}
+	// 5 deleted {size L}
 }
 
 // Every page of a paged list is at the revision of the first, even when the
@@ -57,7 +57,7 @@ func ExampleSource_List() {
 		src.Put(Setting{name, "1"})
 	}
 
-	opts := mirror.ListOptions{Limit: 2}
+	opts := source.ListOptions{Limit: 2}
 	for {
 		page, err := src.List(ctx, opts)
 		if err != nil {
@@ -82,7 +82,7 @@ func ExampleSource_CutWatches() {
 	ctx := context.Background()
 	src := memsource.New(func(s Setting) (string, error) { return s.Name, nil }, memsource.Options{})
 
-	w, err := src.Watch(ctx, mirror.WatchOptions{})
+	w, err := src.Watch(ctx, source.WatchOptions{})
 	if err != nil {
 		panic(err)
 	}
@@ -90,14 +90,14 @@ func ExampleSource_CutWatches() {
 	_, err = w.Next(ctx)
 	fmt.Println(err)
 
-	src.FailNext(1, fmt.Errorf("no leader: %w", mirror.ErrUnavailable))
-	_, err = src.Watch(ctx, mirror.WatchOptions{})
+	src.FailNext(1, fmt.Errorf("no leader: %w", source.ErrUnavailable))
+	_, err = src.Watch(ctx, source.WatchOptions{})
 	fmt.Println(err)
 
 	src.Put(Setting{"a", "1"})
 	src.Put(Setting{"a", "2"})
 	src.Compact(3) // history up to revision 3 is gone
-	_, err = src.Watch(ctx, mirror.WatchOptions{ResourceVersion: "2"})
+	_, err = src.Watch(ctx, source.WatchOptions{ResourceVersion: "2"})
 	fmt.Println(err)
 	// Output:
 	// memsource: watch cut: mirror: source unavailable

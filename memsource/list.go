@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 )
 
 // maxSnapshots bounds the sorted states kept for paged lists in progress.
@@ -30,12 +30,12 @@ type snapshot[T any] struct {
 }
 
 // List returns a page of the objects in key order (see
-// mirror.ListWatcher). The first page is at the current revision; a
-// revision beyond it fails with mirror.ErrTooLargeResourceVersion. Later
-// pages are at the first's revision, failing with mirror.ErrExpired if it
+// source.ListWatcher). The first page is at the current revision; a
+// revision beyond it fails with source.ErrTooLargeResourceVersion. Later
+// pages are at the first's revision, failing with source.ErrExpired if it
 // was compacted since, and with ErrInvalid for a token List did not make.
-func (s *Source[T]) List(ctx context.Context, opts mirror.ListOptions) (mirror.ListResult[T], error) {
-	var res mirror.ListResult[T]
+func (s *Source[T]) List(ctx context.Context, opts source.ListOptions) (source.ListResult[T], error) {
+	var res source.ListResult[T]
 	if err := ctx.Err(); err != nil {
 		return res, err
 	}
@@ -75,7 +75,7 @@ func (s *Source[T]) List(ctx context.Context, opts mirror.ListOptions) (mirror.L
 
 // listState returns the sorted state a list page is taken from, its
 // revision, and for a continuation the key the previous page ended with.
-func (s *Source[T]) listState(opts mirror.ListOptions) (items []item[T], rev int64, after string, err error) {
+func (s *Source[T]) listState(opts source.ListOptions) (items []item[T], rev int64, after string, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.failLocked(); err != nil {
@@ -90,7 +90,7 @@ func (s *Source[T]) listState(opts mirror.ListOptions) (items []item[T], rev int
 		case rev > s.rev:
 			return nil, 0, "", fmt.Errorf("memsource: continue token at revision %d, beyond the current %d: %w", rev, s.rev, ErrInvalid)
 		case rev < s.hist.base:
-			return nil, 0, "", fmt.Errorf("memsource: list continuation at revision %d: compacted up to %d: %w", rev, s.hist.base, mirror.ErrExpired)
+			return nil, 0, "", fmt.Errorf("memsource: list continuation at revision %d: compacted up to %d: %w", rev, s.hist.base, source.ErrExpired)
 		}
 	} else {
 		want, err := parseVersion(opts.ResourceVersion)
@@ -98,7 +98,7 @@ func (s *Source[T]) listState(opts mirror.ListOptions) (items []item[T], rev int
 			return nil, 0, "", err
 		}
 		if want > s.rev {
-			return nil, 0, "", fmt.Errorf("memsource: list at revision %d, current is %d: %w", want, s.rev, mirror.ErrTooLargeResourceVersion)
+			return nil, 0, "", fmt.Errorf("memsource: list at revision %d, current is %d: %w", want, s.rev, source.ErrTooLargeResourceVersion)
 		}
 		rev = s.rev
 	}
@@ -158,12 +158,12 @@ func (s *Source[T]) stateLocked(rev int64) []item[T] {
 	}
 	for k, c := range oldest {
 		switch c.typ {
-		case mirror.EventModified:
+		case source.Updated:
 			items = append(items, item[T]{k, c.prev})
-		case mirror.EventDeleted:
+		case source.Deleted:
 			items = append(items, item[T]{k, c.obj})
 		}
-		// An EventAdded key did not exist at rev.
+		// An source.Added key did not exist at rev.
 	}
 	return items
 }

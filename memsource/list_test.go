@@ -10,12 +10,12 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/memsource"
+	"github.com/listwatch/mirror/source"
 )
 
 // listAll follows a paged list to its end, calling between after each page.
-func listAll(t *testing.T, s *memsource.Source[obj], opts mirror.ListOptions, between func()) ([]obj, string) {
+func listAll(t *testing.T, s *memsource.Source[obj], opts source.ListOptions, between func()) ([]obj, string) {
 	t.Helper()
 	var items []obj
 	rv := ""
@@ -62,11 +62,11 @@ func TestList_ResourceVersions(t *testing.T) {
 		{"1", nil}, // not older than 1: the current state will do
 		{"2", nil}, // nor than 2, the first change
 		{"4", nil},
-		{"5", mirror.ErrTooLargeResourceVersion},
+		{"5", source.ErrTooLargeResourceVersion},
 	}
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("rv=%q", tt.rv), func(t *testing.T) {
-			res, err := s.List(context.Background(), mirror.ListOptions{ResourceVersion: tt.rv})
+			res, err := s.List(context.Background(), source.ListOptions{ResourceVersion: tt.rv})
 			if tt.wantErr != nil {
 				require.ErrorIs(t, err, tt.wantErr)
 				return
@@ -85,7 +85,7 @@ func TestList_ItemsAreInKeyOrder(t *testing.T) {
 		s.Put(obj{k, 0})
 	}
 	for _, limit := range []int64{0, 1, 2, 10} {
-		items, _ := listAll(t, s, mirror.ListOptions{Limit: limit}, nil)
+		items, _ := listAll(t, s, source.ListOptions{Limit: limit}, nil)
 		assert.Equal(t, []obj{{"", 0}, {"a", 0}, {"b", 0}, {"m", 0}, {"z", 0}}, items, "limit %d", limit)
 	}
 }
@@ -110,7 +110,7 @@ func TestList_PagesAreAtTheFirstPagesRevisionWhileWritersChangeTheSource(t *test
 			s := newSource(memsource.Options{})
 			want := fill(s, 10)
 			page := 0
-			got, rv := listAll(t, s, mirror.ListOptions{Limit: tt.limit}, func() {
+			got, rv := listAll(t, s, source.ListOptions{Limit: tt.limit}, func() {
 				page++
 				tt.change(s, page)
 			})
@@ -128,14 +128,14 @@ func TestList_PagesRebuildAnOlderRevisionFromHistory(t *testing.T) {
 	fill(s, 6)
 	type list struct {
 		want []obj
-		opts mirror.ListOptions
+		opts source.ListOptions
 		got  []obj
 	}
 	var lists []*list
 	for i := range 8 {
-		res, err := s.List(context.Background(), mirror.ListOptions{Limit: 2})
+		res, err := s.List(context.Background(), source.ListOptions{Limit: 2})
 		require.NoError(t, err)
-		lists = append(lists, &list{want: listCurrent(t, s), opts: mirror.ListOptions{Limit: 2, Continue: res.Continue}, got: res.Items})
+		lists = append(lists, &list{want: listCurrent(t, s), opts: source.ListOptions{Limit: 2, Continue: res.Continue}, got: res.Items})
 		// Change every kind of thing before the next list starts.
 		s.Put(obj{"k01", 100 + i})
 		s.Put(obj{fmt.Sprintf("new%d", i), i})
@@ -155,7 +155,7 @@ func TestList_PagesRebuildAnOlderRevisionFromHistory(t *testing.T) {
 
 // listCurrent returns the current content in key order, in one page.
 func listCurrent(t *testing.T, s *memsource.Source[obj]) []obj {
-	res, err := s.List(context.Background(), mirror.ListOptions{})
+	res, err := s.List(context.Background(), source.ListOptions{})
 	require.NoError(t, err)
 	return res.Items
 }
@@ -166,22 +166,22 @@ func TestList_ContinuationAfterCompactionExpires(t *testing.T) {
 		compact func(s *memsource.Source[obj])
 		wantErr error
 	}{
-		{"compaction past the list", func(s *memsource.Source[obj]) { s.Put(obj{"x", 0}); s.Compact(s.Revision()) }, mirror.ErrExpired},
+		{"compaction past the list", func(s *memsource.Source[obj]) { s.Put(obj{"x", 0}); s.Compact(s.Revision()) }, source.ErrExpired},
 		{"compaction at the list", func(s *memsource.Source[obj]) { s.Put(obj{"x", 0}); s.Compact(5) }, nil},
 		{"history limit overtaking the list", func(s *memsource.Source[obj]) {
 			for i := range 5 {
 				s.Put(obj{"x", i})
 			}
-		}, mirror.ErrExpired},
+		}, source.ErrExpired},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := newSource(memsource.Options{HistoryLimit: 4})
 			fill(s, 4)
-			res, err := s.List(context.Background(), mirror.ListOptions{Limit: 2})
+			res, err := s.List(context.Background(), source.ListOptions{Limit: 2})
 			require.NoError(t, err)
 			tt.compact(s)
-			_, err = s.List(context.Background(), mirror.ListOptions{Limit: 2, Continue: res.Continue})
+			_, err = s.List(context.Background(), source.ListOptions{Limit: 2, Continue: res.Continue})
 			if tt.wantErr == nil {
 				require.NoError(t, err)
 			} else {
@@ -194,9 +194,9 @@ func TestList_ContinuationAfterCompactionExpires(t *testing.T) {
 func TestList_ContinuationIgnoresResourceVersion(t *testing.T) {
 	s := newSource(memsource.Options{})
 	fill(s, 4)
-	res, err := s.List(context.Background(), mirror.ListOptions{Limit: 2})
+	res, err := s.List(context.Background(), source.ListOptions{Limit: 2})
 	require.NoError(t, err)
-	res, err = s.List(context.Background(), mirror.ListOptions{Limit: 2, Continue: res.Continue, ResourceVersion: "999"})
+	res, err = s.List(context.Background(), source.ListOptions{Limit: 2, Continue: res.Continue, ResourceVersion: "999"})
 	require.NoError(t, err)
 	assert.Equal(t, []obj{{"k02", 2}, {"k03", 3}}, res.Items)
 	assert.Equal(t, "5", res.ResourceVersion)
@@ -214,7 +214,7 @@ func TestList_MalformedContinueIsInvalid(t *testing.T) {
 		enc("-1:k01"), // negative
 		enc("9:k01"),  // beyond the current revision
 	} {
-		_, err := s.List(context.Background(), mirror.ListOptions{Limit: 2, Continue: token})
+		_, err := s.List(context.Background(), source.ListOptions{Limit: 2, Continue: token})
 		assert.ErrorIs(t, err, memsource.ErrInvalid, "token %q", token)
 	}
 }
@@ -222,7 +222,7 @@ func TestList_MalformedContinueIsInvalid(t *testing.T) {
 func TestList_EmptySourceIsAtRevisionOne(t *testing.T) {
 	// Not "0": a watch from "0" starts now, not at the list.
 	s := newSource(memsource.Options{})
-	res, err := s.List(context.Background(), mirror.ListOptions{Limit: 5})
+	res, err := s.List(context.Background(), source.ListOptions{Limit: 5})
 	require.NoError(t, err)
 	assert.Empty(t, res.Items)
 	assert.Equal(t, "1", res.ResourceVersion)
@@ -245,16 +245,16 @@ func TestList_WatchFromTheListsVersionGetsTheChangesMadeSince(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				s := newSource(memsource.Options{})
 				fill(s, tt.before)
-				res, err := s.List(t.Context(), mirror.ListOptions{})
+				res, err := s.List(t.Context(), source.ListOptions{})
 				require.NoError(t, err)
 
 				// Between the list and the watch:
 				added := must(s.Put(obj{"x", 1}))
 				modified := must(s.Put(obj{"x", 2}))
-				w := watch(t, s, mirror.WatchOptions{ResourceVersion: res.ResourceVersion})
-				for _, want := range []mirror.Event[obj]{
-					ev(mirror.EventAdded, obj{"x", 1}, int(added)),
-					ev(mirror.EventModified, obj{"x", 2}, int(modified)),
+				w := watch(t, s, source.WatchOptions{ResourceVersion: res.ResourceVersion})
+				for _, want := range []source.Event[obj]{
+					ev(source.Added, obj{"x", 1}, int(added)),
+					ev(source.Updated, obj{"x", 2}, int(modified)),
 				} {
 					got := nextAsync(t.Context(), w)
 					synctest.Wait()

@@ -1,5 +1,5 @@
 // Package memsource provides an in-memory versioned source of objects that
-// implements mirror.ListWatcher.
+// implements source.ListWatcher.
 //
 // A Source holds the current object of every key together with a bounded
 // history of recent changes. Every change gets the next revision, and
@@ -23,6 +23,7 @@ import (
 	"sync"
 
 	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 )
 
 // DefaultHistoryLimit is the number of past changes a Source keeps when
@@ -43,7 +44,7 @@ type Options struct {
 
 // Source is an in-memory versioned source: a map from key to object with a
 // revision counter and a bounded history of changes. It implements
-// mirror.ListWatcher[T] and is safe for concurrent use. Objects are stored
+// source.ListWatcher[T] and is safe for concurrent use. Objects are stored
 // as given and must not be modified after Put. Create it with New.
 type Source[T any] struct {
 	key mirror.KeyFunc[string, T]
@@ -102,9 +103,9 @@ func (s *Source[T]) Put(obj T) (rev int64, err error) {
 	}
 	s.mu.Lock()
 	locked = true
-	c := change[T]{key: k, typ: mirror.EventAdded, obj: obj}
+	c := change[T]{key: k, typ: source.Added, obj: obj}
 	if prev, ok := s.objects[k]; ok {
-		c.typ = mirror.EventModified
+		c.typ = source.Updated
 		c.prev = prev
 	}
 	s.objects[k] = obj
@@ -122,7 +123,7 @@ func (s *Source[T]) Delete(key string) (rev int64, ok bool) {
 		return s.rev, false
 	}
 	delete(s.objects, key)
-	return s.recordLocked(change[T]{key: key, typ: mirror.EventDeleted, obj: prev}), true
+	return s.recordLocked(change[T]{key: key, typ: source.Deleted, obj: prev}), true
 }
 
 // recordLocked gives c the next revision, appends it to the history and
@@ -179,7 +180,7 @@ func (s *Source[T]) Snapshot() map[string]T {
 // Compact forgets the changes up to and including rev (at most the
 // current revision). Afterwards, watches from an older revision, list
 // continuations at one, and open watches that had yet to read a forgotten
-// change fail with an error wrapping mirror.ErrExpired.
+// change fail with an error wrapping source.ErrExpired.
 func (s *Source[T]) Compact(rev int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -187,12 +188,12 @@ func (s *Source[T]) Compact(rev int64) {
 }
 
 // CutWatches ends every open watch, as a dropped connection would: their
-// Next returns an error wrapping mirror.ErrUnavailable.
+// Next returns an error wrapping source.ErrUnavailable.
 func (s *Source[T]) CutWatches() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for w := range s.watchers {
-		w.finishLocked(fmt.Errorf("memsource: watch cut: %w", mirror.ErrUnavailable))
+		w.finishLocked(fmt.Errorf("memsource: watch cut: %w", source.ErrUnavailable))
 	}
 }
 
@@ -208,7 +209,7 @@ func (s *Source[T]) FailNext(n int, err error) {
 	}
 }
 
-// Bookmark sends an EventBookmark at the current revision to every open
+// Bookmark sends an source.Bookmark at the current revision to every open
 // watch that allowed bookmarks, after the changes up to that revision.
 func (s *Source[T]) Bookmark() {
 	s.mu.Lock()
@@ -239,9 +240,9 @@ func (s *Source[T]) failLocked() error {
 type change[T any] struct {
 	key string
 	rv  string // the change's revision, formatted once for every watcher
-	typ mirror.EventType
-	obj T // the state after the change; for EventDeleted, the last state
-	// prev is the state before an EventModified, which a paged list needs
+	typ source.EventType
+	obj T // the state after the change; for source.Deleted, the last state
+	// prev is the state before an source.Updated, which a paged list needs
 	// to rebuild an older revision.
 	prev T
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/memsource"
+	"github.com/listwatch/mirror/source"
 )
 
 // obj is the object type of these tests.
@@ -34,7 +35,7 @@ func must(rev int64, err error) int64 {
 }
 
 // Compile-time check that Source is a ListWatcher.
-var _ mirror.ListWatcher[obj] = (*memsource.Source[obj])(nil)
+var _ source.ListWatcher[obj] = (*memsource.Source[obj])(nil)
 
 func TestSource_RevisionsAreMonotonic(t *testing.T) {
 	s := newSource(memsource.Options{})
@@ -84,13 +85,13 @@ func TestSource_ReadsSeeTheCurrentContent(t *testing.T) {
 }
 
 func TestSource_FailNextFailsTheNextCalls(t *testing.T) {
-	errBoom := fmt.Errorf("boom: %w", mirror.ErrUnavailable)
+	errBoom := fmt.Errorf("boom: %w", source.ErrUnavailable)
 	list := func(s *memsource.Source[obj]) error {
-		_, err := s.List(context.Background(), mirror.ListOptions{})
+		_, err := s.List(context.Background(), source.ListOptions{})
 		return err
 	}
 	watch := func(s *memsource.Source[obj]) error {
-		w, err := s.Watch(context.Background(), mirror.WatchOptions{})
+		w, err := s.Watch(context.Background(), source.WatchOptions{})
 		if err == nil {
 			w.Stop()
 		}
@@ -116,7 +117,7 @@ func TestSource_FailNextFailsTheNextCalls(t *testing.T) {
 			for i, call := range tt.calls {
 				err := call(s)
 				if tt.fails[i] {
-					require.ErrorIs(t, err, mirror.ErrUnavailable, "call %d", i)
+					require.ErrorIs(t, err, source.ErrUnavailable, "call %d", i)
 				} else {
 					require.NoError(t, err, "call %d", i)
 				}
@@ -131,9 +132,9 @@ func TestSource_HistoryLimitCompactsOldestChanges(t *testing.T) {
 		s.Put(obj{"a", i})
 	}
 	// Revisions 4, 5 and 6 are kept: a watch must start at 3 or later.
-	_, err := s.Watch(context.Background(), mirror.WatchOptions{ResourceVersion: "2"})
-	require.ErrorIs(t, err, mirror.ErrExpired)
-	w, err := s.Watch(context.Background(), mirror.WatchOptions{ResourceVersion: "3"})
+	_, err := s.Watch(context.Background(), source.WatchOptions{ResourceVersion: "2"})
+	require.ErrorIs(t, err, source.ErrExpired)
+	w, err := s.Watch(context.Background(), source.WatchOptions{ResourceVersion: "3"})
 	require.NoError(t, err)
 	defer w.Stop()
 	for rev := 4; rev <= 6; rev++ {
@@ -148,20 +149,20 @@ func TestSource_CompactBeyondCurrentStopsAtCurrent(t *testing.T) {
 	s.Put(obj{"a", 1})
 	s.Put(obj{"a", 2})
 	s.Compact(100)
-	w, err := s.Watch(context.Background(), mirror.WatchOptions{ResourceVersion: "3"})
+	w, err := s.Watch(context.Background(), source.WatchOptions{ResourceVersion: "3"})
 	require.NoError(t, err, "the current revision stays watchable")
 	w.Stop()
-	_, err = s.Watch(context.Background(), mirror.WatchOptions{ResourceVersion: "2"})
-	require.ErrorIs(t, err, mirror.ErrExpired)
+	_, err = s.Watch(context.Background(), source.WatchOptions{ResourceVersion: "2"})
+	require.ErrorIs(t, err, source.ErrExpired)
 }
 
 func TestSource_InvalidResourceVersionIsInvalid(t *testing.T) {
 	s := newSource(memsource.Options{})
 	s.Put(obj{"a", 1})
 	for _, rv := range []string{"x", "-1", "1.5", " 1"} {
-		_, err := s.List(context.Background(), mirror.ListOptions{ResourceVersion: rv})
+		_, err := s.List(context.Background(), source.ListOptions{ResourceVersion: rv})
 		assert.ErrorIs(t, err, memsource.ErrInvalid, "list at %q", rv)
-		_, err = s.Watch(context.Background(), mirror.WatchOptions{ResourceVersion: rv})
+		_, err = s.Watch(context.Background(), source.WatchOptions{ResourceVersion: rv})
 		assert.ErrorIs(t, err, memsource.ErrInvalid, "watch at %q", rv)
 	}
 }
@@ -170,9 +171,9 @@ func TestSource_DoneContextFailsListAndWatch(t *testing.T) {
 	s := newSource(memsource.Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err := s.List(ctx, mirror.ListOptions{})
+	_, err := s.List(ctx, source.ListOptions{})
 	assert.True(t, errors.Is(err, context.Canceled))
-	_, err = s.Watch(ctx, mirror.WatchOptions{})
+	_, err = s.Watch(ctx, source.WatchOptions{})
 	assert.True(t, errors.Is(err, context.Canceled))
 }
 
@@ -180,7 +181,7 @@ func TestSource_EventsCarryTheirRevisionAsDecimal(t *testing.T) {
 	// Revisions cross several powers of ten and many chunks of formatted
 	// revision strings.
 	s := newSource(memsource.Options{HistoryLimit: 20000})
-	w, err := s.Watch(context.Background(), mirror.WatchOptions{})
+	w, err := s.Watch(context.Background(), source.WatchOptions{})
 	require.NoError(t, err)
 	defer w.Stop()
 	const n = 12345

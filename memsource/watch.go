@@ -9,19 +9,19 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 )
 
 // Watch starts a stream of the changes after opts.ResourceVersion (see
-// mirror.ListWatcher); "" and "0" mean the current revision, a later one
-// is waited for, a compacted one fails with mirror.ErrExpired. A delete
+// source.ListWatcher); "" and "0" mean the current revision, a later one
+// is waited for, a compacted one fails with source.ErrExpired. A delete
 // carries the object's last state. With SendInitialEvents the stream
-// first sends the state in key order, then an EventBookmark with
+// first sends the state in key order, then an source.Bookmark with
 // InitialEventsEnd; a start revision beyond the current one then fails
-// with mirror.ErrTooLargeResourceVersion. The stream reads the Source's
+// with source.ErrTooLargeResourceVersion. The stream reads the Source's
 // history, so a watcher that falls behind compaction gets
-// mirror.ErrExpired from Next.
-func (s *Source[T]) Watch(ctx context.Context, opts mirror.WatchOptions) (mirror.Watcher[T], error) {
+// source.ErrExpired from Next.
+func (s *Source[T]) Watch(ctx context.Context, opts source.WatchOptions) (source.Watcher[T], error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -38,7 +38,7 @@ func (s *Source[T]) Watch(ctx context.Context, opts mirror.WatchOptions) (mirror
 		start = s.rev
 	}
 	if start < s.hist.base {
-		return nil, fmt.Errorf("memsource: watch from revision %d: compacted up to %d: %w", start, s.hist.base, mirror.ErrExpired)
+		return nil, fmt.Errorf("memsource: watch from revision %d: compacted up to %d: %w", start, s.hist.base, source.ErrExpired)
 	}
 	w := &watcher[T]{
 		s:         s,
@@ -48,7 +48,7 @@ func (s *Source[T]) Watch(ctx context.Context, opts mirror.WatchOptions) (mirror
 	}
 	if opts.SendInitialEvents {
 		if start > s.rev {
-			return nil, fmt.Errorf("memsource: initial events at revision %d, current is %d: %w", start, s.rev, mirror.ErrTooLargeResourceVersion)
+			return nil, fmt.Errorf("memsource: initial events at revision %d, current is %d: %w", start, s.rev, source.ErrTooLargeResourceVersion)
 		}
 		w.initial = s.sortedStateLocked(start)
 		w.initialRV = strconv.FormatInt(start, 10)
@@ -90,7 +90,7 @@ type watcher[T any] struct {
 	stopCtx     func() bool
 
 	// Owned by the goroutine calling Next.
-	batch      []mirror.Event[T] // events copied from the history, from batchIdx on unsent
+	batch      []source.Event[T] // events copied from the history, from batchIdx on unsent
 	batchIdx   int
 	initial    []item[T] // initial events; those from initialIdx on are unsent
 	initialIdx int
@@ -98,13 +98,13 @@ type watcher[T any] struct {
 	initialEnd bool // the bookmark that ends the initial events is due
 }
 
-// Next returns the next event; see mirror.Watcher. It never holds the
+// Next returns the next event; see source.Watcher. It never holds the
 // Source's lock while it blocks.
-func (w *watcher[T]) Next(ctx context.Context) (mirror.Event[T], error) {
+func (w *watcher[T]) Next(ctx context.Context) (source.Event[T], error) {
 	s := w.s
 	for {
 		if w.ended.Load() || ctx.Err() != nil {
-			return mirror.Event[T]{}, w.end(ctx)
+			return source.Event[T]{}, w.end(ctx)
 		}
 		if ev, ok := w.pending(); ok {
 			return ev, nil
@@ -113,7 +113,7 @@ func (w *watcher[T]) Next(ctx context.Context) (mirror.Event[T], error) {
 		s.mu.Lock()
 		if err := w.fillLocked(); err != nil {
 			s.mu.Unlock()
-			return mirror.Event[T]{}, w.end(ctx)
+			return source.Event[T]{}, w.end(ctx)
 		}
 		if len(w.batch) > 0 {
 			s.mu.Unlock()
@@ -148,22 +148,22 @@ func (w *watcher[T]) end(ctx context.Context) error {
 }
 
 // pending returns the next event Next already holds, if any.
-func (w *watcher[T]) pending() (ev mirror.Event[T], ok bool) {
+func (w *watcher[T]) pending() (ev source.Event[T], ok bool) {
 	switch {
 	case w.initialIdx < len(w.initial):
 		it := &w.initial[w.initialIdx]
-		ev = mirror.Event[T]{Type: mirror.EventAdded, Object: it.obj, ResourceVersion: w.initialRV}
+		ev = source.Event[T]{Type: source.Added, Object: it.obj, ResourceVersion: w.initialRV}
 		*it = item[T]{} // sent: do not keep it alive
 		w.initialIdx++
 		return ev, true
 
 	case w.initialEnd:
 		w.initial, w.initialIdx, w.initialEnd = nil, 0, false
-		return mirror.Event[T]{Type: mirror.EventBookmark, ResourceVersion: w.initialRV, InitialEventsEnd: true}, true
+		return source.Event[T]{Type: source.Bookmark, ResourceVersion: w.initialRV, InitialEventsEnd: true}, true
 
 	case w.batchIdx < len(w.batch):
 		ev = w.batch[w.batchIdx]
-		w.batch[w.batchIdx] = mirror.Event[T]{}
+		w.batch[w.batchIdx] = source.Event[T]{}
 		w.batchIdx++
 		return ev, true
 	}
@@ -176,13 +176,13 @@ func (w *watcher[T]) pending() (ev mirror.Event[T], ok bool) {
 func (w *watcher[T]) fillLocked() error {
 	s := w.s
 	if w.batch == nil {
-		w.batch = make([]mirror.Event[T], 0, batchSize)
+		w.batch = make([]source.Event[T], 0, batchSize)
 	}
 	w.batch, w.batchIdx = w.batch[:0], 0
 	for w.err == nil && len(w.batch) < batchSize {
 		if w.bookmarkDue && w.pos >= w.bookmarkAt {
 			w.bookmarkDue = false
-			w.batch = append(w.batch, mirror.Event[T]{Type: mirror.EventBookmark, ResourceVersion: strconv.FormatInt(w.pos, 10)})
+			w.batch = append(w.batch, source.Event[T]{Type: source.Bookmark, ResourceVersion: strconv.FormatInt(w.pos, 10)})
 			continue
 		}
 		if w.pos >= s.rev {
@@ -192,18 +192,18 @@ func (w *watcher[T]) fillLocked() error {
 			// The changes already copied are good: deliver them first.
 			if len(w.batch) == 0 {
 				w.finishLocked(fmt.Errorf("memsource: watcher at revision %d fell behind the history, compacted up to %d: %w",
-					w.pos, s.hist.base, mirror.ErrExpired))
+					w.pos, s.hist.base, source.ErrExpired))
 			}
 			break
 		}
 		c := s.hist.at(w.pos + 1)
 		w.pos++
-		w.batch = append(w.batch, mirror.Event[T]{Type: c.typ, Object: c.obj, ResourceVersion: c.rv})
+		w.batch = append(w.batch, source.Event[T]{Type: c.typ, Object: c.obj, ResourceVersion: c.rv})
 	}
 	return w.err
 }
 
-// Stop ends the stream; see mirror.Watcher. It is safe to call from any
+// Stop ends the stream; see source.Watcher. It is safe to call from any
 // goroutine, any number of times.
 func (w *watcher[T]) Stop() { w.finish(io.EOF) }
 

@@ -13,15 +13,15 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/memsource"
+	"github.com/listwatch/mirror/source"
 )
 
 // Watch tests run in synctest bubbles: a Next that would block forever
 // fails the test as a deadlock instead of hanging it, and a goroutine left
 // behind fails it too.
 
-func watch(t *testing.T, s *memsource.Source[obj], opts mirror.WatchOptions) mirror.Watcher[obj] {
+func watch(t *testing.T, s *memsource.Source[obj], opts source.WatchOptions) source.Watcher[obj] {
 	t.Helper()
 	w, err := s.Watch(t.Context(), opts)
 	require.NoError(t, err)
@@ -29,7 +29,7 @@ func watch(t *testing.T, s *memsource.Source[obj], opts mirror.WatchOptions) mir
 	return w
 }
 
-func next(t *testing.T, w mirror.Watcher[obj]) mirror.Event[obj] {
+func next(t *testing.T, w source.Watcher[obj]) source.Event[obj] {
 	t.Helper()
 	ev, err := w.Next(t.Context())
 	require.NoError(t, err)
@@ -38,11 +38,11 @@ func next(t *testing.T, w mirror.Watcher[obj]) mirror.Event[obj] {
 
 // nextAsync calls Next in a goroutine and returns where its result arrives.
 type result struct {
-	ev  mirror.Event[obj]
+	ev  source.Event[obj]
 	err error
 }
 
-func nextAsync(ctx context.Context, w mirror.Watcher[obj]) <-chan result {
+func nextAsync(ctx context.Context, w source.Watcher[obj]) <-chan result {
 	ch := make(chan result, 1)
 	go func() {
 		ev, err := w.Next(ctx)
@@ -62,8 +62,8 @@ func requireBlocked(t *testing.T, ch <-chan result) {
 	}
 }
 
-func ev(typ mirror.EventType, o obj, rv int) mirror.Event[obj] {
-	return mirror.Event[obj]{Type: typ, Object: o, ResourceVersion: strconv.Itoa(rv)}
+func ev(typ source.EventType, o obj, rv int) source.Event[obj] {
+	return source.Event[obj]{Type: typ, Object: o, ResourceVersion: strconv.Itoa(rv)}
 }
 
 func TestWatch_ReplaysFromAPastRevisionInOrder(t *testing.T) {
@@ -75,15 +75,15 @@ func TestWatch_ReplaysFromAPastRevisionInOrder(t *testing.T) {
 		s.Delete("b")                       // 5
 		s.Put(obj{"b", 2})                  // 6
 		// What a watch from 1, the new source's revision, sees:
-		all := []mirror.Event[obj]{
-			ev(mirror.EventAdded, obj{"a", 1}, 2),
-			ev(mirror.EventAdded, obj{"b", 1}, 3),
-			ev(mirror.EventModified, obj{"a", 2}, 4),
-			ev(mirror.EventDeleted, obj{"b", 1}, 5), // the last state
-			ev(mirror.EventAdded, obj{"b", 2}, 6),
+		all := []source.Event[obj]{
+			ev(source.Added, obj{"a", 1}, 2),
+			ev(source.Added, obj{"b", 1}, 3),
+			ev(source.Updated, obj{"a", 2}, 4),
+			ev(source.Deleted, obj{"b", 1}, 5), // the last state
+			ev(source.Added, obj{"b", 2}, 6),
 		}
 		for from := 1; from <= 6; from++ {
-			w := watch(t, s, mirror.WatchOptions{ResourceVersion: strconv.Itoa(from)})
+			w := watch(t, s, source.WatchOptions{ResourceVersion: strconv.Itoa(from)})
 			for _, want := range all[from-1:] {
 				assert.Equal(t, want, next(t, w), "watch from %d", from)
 			}
@@ -99,9 +99,9 @@ func TestWatch_FromNowSeesOnlyLaterChanges(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				s := newSource(memsource.Options{})
 				s.Put(obj{"a", 1})
-				w := watch(t, s, mirror.WatchOptions{ResourceVersion: rv})
+				w := watch(t, s, source.WatchOptions{ResourceVersion: rv})
 				s.Put(obj{"a", 2})
-				assert.Equal(t, ev(mirror.EventModified, obj{"a", 2}, 3), next(t, w), "rv %q", rv)
+				assert.Equal(t, ev(source.Updated, obj{"a", 2}, 3), next(t, w), "rv %q", rv)
 			})
 		})
 	}
@@ -111,7 +111,7 @@ func TestWatch_FutureRevisionWaitsForIt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newSource(memsource.Options{})
 		s.Put(obj{"a", 1}) // 2
-		w := watch(t, s, mirror.WatchOptions{ResourceVersion: "4"})
+		w := watch(t, s, source.WatchOptions{ResourceVersion: "4"})
 		got := nextAsync(t.Context(), w)
 		s.Put(obj{"a", 2}) // 3
 		s.Put(obj{"a", 3}) // 4
@@ -120,7 +120,7 @@ func TestWatch_FutureRevisionWaitsForIt(t *testing.T) {
 		synctest.Wait()
 		r := <-got
 		require.NoError(t, r.err)
-		assert.Equal(t, ev(mirror.EventModified, obj{"a", 4}, 5), r.ev)
+		assert.Equal(t, ev(source.Updated, obj{"a", 4}, 5), r.ev)
 	})
 }
 
@@ -132,9 +132,9 @@ func TestWatch_FromCompactedRevisionExpires(t *testing.T) {
 		from    string
 		wantErr error
 	}{
-		{"before the compaction", memsource.Options{}, 4, "3", mirror.ErrExpired},
+		{"before the compaction", memsource.Options{}, 4, "3", source.ErrExpired},
 		{"at the compaction", memsource.Options{}, 4, "4", nil},
-		{"before the history limit", memsource.Options{HistoryLimit: 2}, 0, "3", mirror.ErrExpired},
+		{"before the history limit", memsource.Options{HistoryLimit: 2}, 0, "3", source.ErrExpired},
 		{"at the history limit", memsource.Options{HistoryLimit: 2}, 0, "4", nil},
 		{"now, after compacting everything", memsource.Options{}, 6, "", nil},
 	}
@@ -143,7 +143,7 @@ func TestWatch_FromCompactedRevisionExpires(t *testing.T) {
 			s := newSource(tt.opts)
 			fill(s, 5) // revisions 2 to 6
 			s.Compact(tt.compact)
-			w, err := s.Watch(t.Context(), mirror.WatchOptions{ResourceVersion: tt.from})
+			w, err := s.Watch(t.Context(), source.WatchOptions{ResourceVersion: tt.from})
 			if tt.wantErr != nil {
 				require.ErrorIs(t, err, tt.wantErr)
 				return
@@ -170,14 +170,14 @@ func TestWatch_SlowWatcherOvertakenByCompactionExpires(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				s := newSource(tt.opts)
-				w := watch(t, s, mirror.WatchOptions{})
+				w := watch(t, s, source.WatchOptions{})
 				s.Put(obj{"a", 1})
 				assert.Equal(t, "2", next(t, w).ResourceVersion, tt.name)
 				tt.overtake(s) // the watcher still needs revision 3
 				_, err := w.Next(t.Context())
-				require.ErrorIs(t, err, mirror.ErrExpired, tt.name)
+				require.ErrorIs(t, err, source.ErrExpired, tt.name)
 				_, err = w.Next(t.Context())
-				require.ErrorIs(t, err, mirror.ErrExpired, "%s: the error is final", tt.name)
+				require.ErrorIs(t, err, source.ErrExpired, "%s: the error is final", tt.name)
 			})
 		})
 	}
@@ -186,27 +186,27 @@ func TestWatch_SlowWatcherOvertakenByCompactionExpires(t *testing.T) {
 func TestWatch_CutWatchesEndsOpenWatchesAsUnavailable(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newSource(memsource.Options{})
-		blocked := watch(t, s, mirror.WatchOptions{})
-		behind := watch(t, s, mirror.WatchOptions{})
+		blocked := watch(t, s, source.WatchOptions{})
+		behind := watch(t, s, source.WatchOptions{})
 		got := nextAsync(t.Context(), blocked)
 		synctest.Wait()
 		s.Put(obj{"a", 1})
 		s.Put(obj{"a", 2})
-		assert.Equal(t, ev(mirror.EventAdded, obj{"a", 1}, 2), next(t, behind))
+		assert.Equal(t, ev(source.Added, obj{"a", 1}, 2), next(t, behind))
 		s.CutWatches()
 
 		r := <-got // the change may or may not have been seen before the cut
 		if r.err == nil {
 			r.ev, r.err = blocked.Next(t.Context())
 		}
-		require.ErrorIs(t, r.err, mirror.ErrUnavailable)
+		require.ErrorIs(t, r.err, source.ErrUnavailable)
 		_, err := behind.Next(t.Context())
-		require.ErrorIs(t, err, mirror.ErrUnavailable, "pending changes are dropped with the connection")
+		require.ErrorIs(t, err, source.ErrUnavailable, "pending changes are dropped with the connection")
 		_, err = behind.Next(t.Context())
-		require.ErrorIs(t, err, mirror.ErrUnavailable, "the error is final")
+		require.ErrorIs(t, err, source.ErrUnavailable, "the error is final")
 
-		later := watch(t, s, mirror.WatchOptions{ResourceVersion: "2"})
-		assert.Equal(t, ev(mirror.EventModified, obj{"a", 2}, 3), next(t, later), "a new watch is not affected")
+		later := watch(t, s, source.WatchOptions{ResourceVersion: "2"})
+		assert.Equal(t, ev(source.Updated, obj{"a", 2}, 3), next(t, later), "a new watch is not affected")
 	})
 }
 
@@ -214,19 +214,19 @@ func TestWatch_BookmarkGoesOnlyToWatchersThatAllowIt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newSource(memsource.Options{})
 		s.Put(obj{"a", 1})
-		with := watch(t, s, mirror.WatchOptions{AllowBookmarks: true})
-		without := watch(t, s, mirror.WatchOptions{})
+		with := watch(t, s, source.WatchOptions{AllowBookmarks: true})
+		without := watch(t, s, source.WatchOptions{})
 		s.Put(obj{"a", 2})
 		s.Bookmark()
 		s.Put(obj{"a", 3})
 
-		assert.Equal(t, ev(mirror.EventModified, obj{"a", 2}, 3), next(t, with))
-		assert.Equal(t, mirror.Event[obj]{Type: mirror.EventBookmark, ResourceVersion: "3"}, next(t, with),
+		assert.Equal(t, ev(source.Updated, obj{"a", 2}, 3), next(t, with))
+		assert.Equal(t, source.Event[obj]{Type: source.Bookmark, ResourceVersion: "3"}, next(t, with),
 			"the bookmark follows the changes made before it")
-		assert.Equal(t, ev(mirror.EventModified, obj{"a", 3}, 4), next(t, with))
+		assert.Equal(t, ev(source.Updated, obj{"a", 3}, 4), next(t, with))
 
-		assert.Equal(t, ev(mirror.EventModified, obj{"a", 2}, 3), next(t, without))
-		assert.Equal(t, ev(mirror.EventModified, obj{"a", 3}, 4), next(t, without))
+		assert.Equal(t, ev(source.Updated, obj{"a", 2}, 3), next(t, without))
+		assert.Equal(t, ev(source.Updated, obj{"a", 3}, 4), next(t, without))
 		requireBlocked(t, nextAsync(t.Context(), without))
 	})
 }
@@ -246,7 +246,7 @@ func TestWatch_BookmarkFollowsExactlyTheChangesBeforeIt(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				s := newSource(memsource.Options{})
-				w := watch(t, s, mirror.WatchOptions{AllowBookmarks: true})
+				w := watch(t, s, source.WatchOptions{AllowBookmarks: true})
 				for i := range 100 { // revisions 2 to 101
 					s.Put(obj{"a", i})
 				}
@@ -260,7 +260,7 @@ func TestWatch_BookmarkFollowsExactlyTheChangesBeforeIt(t *testing.T) {
 				var got []string
 				for range 250 - tt.readFirst + 1 {
 					e := next(t, w)
-					if e.Type == mirror.EventBookmark {
+					if e.Type == source.Bookmark {
 						got = append(got, "bookmark "+e.ResourceVersion)
 					} else {
 						got = append(got, e.ResourceVersion)
@@ -287,13 +287,13 @@ func TestWatch_BookmarkWakesABlockedNext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newSource(memsource.Options{})
 		s.Put(obj{"a", 1})
-		w := watch(t, s, mirror.WatchOptions{AllowBookmarks: true})
+		w := watch(t, s, source.WatchOptions{AllowBookmarks: true})
 		got := nextAsync(t.Context(), w)
 		requireBlocked(t, got)
 		s.Bookmark()
 		r := <-got
 		require.NoError(t, r.err)
-		assert.Equal(t, mirror.Event[obj]{Type: mirror.EventBookmark, ResourceVersion: "2"}, r.ev)
+		assert.Equal(t, source.Event[obj]{Type: source.Bookmark, ResourceVersion: "2"}, r.ev)
 	})
 }
 
@@ -301,7 +301,7 @@ func TestWatch_TimeoutEndsTheStreamWithEOF(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newSource(memsource.Options{})
 		const timeout = 5 * time.Minute
-		w := watch(t, s, mirror.WatchOptions{Timeout: timeout})
+		w := watch(t, s, source.WatchOptions{Timeout: timeout})
 		got := nextAsync(t.Context(), w)
 		time.Sleep(timeout - time.Nanosecond) // advances the bubble's clock
 		requireBlocked(t, got)
@@ -318,7 +318,7 @@ func TestWatch_TimeoutEndsTheStreamWithEOF(t *testing.T) {
 func TestWatch_StopIsIdempotentAndWakesABlockedNext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		s := newSource(memsource.Options{})
-		w := watch(t, s, mirror.WatchOptions{Timeout: time.Hour})
+		w := watch(t, s, source.WatchOptions{Timeout: time.Hour})
 		got := nextAsync(t.Context(), w)
 		requireBlocked(t, got)
 		w.Stop()
@@ -350,7 +350,7 @@ func TestWatch_ContextEndWakesABlockedNext(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				s := newSource(memsource.Options{})
 				ctx, cancel := context.WithCancel(t.Context())
-				w, err := s.Watch(tt.watchCtx(ctx, t.Context()), mirror.WatchOptions{Timeout: time.Hour})
+				w, err := s.Watch(tt.watchCtx(ctx, t.Context()), source.WatchOptions{Timeout: time.Hour})
 				require.NoError(t, err)
 				got := nextAsync(tt.nextCtx(ctx, t.Context()), w)
 				requireBlocked(t, got)
@@ -371,28 +371,28 @@ func TestWatch_SendInitialEventsThenBookmarkThenChanges(t *testing.T) {
 		from    string
 		at      int // the revision of the initial state
 		initial []obj
-		changes []mirror.Event[obj]
+		changes []source.Event[obj]
 	}{
 		{
 			name: "now", from: "", at: 5,
 			initial: []obj{{"a", 2}, {"c", 1}},
-			changes: []mirror.Event[obj]{ev(mirror.EventAdded, obj{"b", 9}, 6)},
+			changes: []source.Event[obj]{ev(source.Added, obj{"b", 9}, 6)},
 		},
 		{
 			name: "past revision", from: "3", at: 3,
 			initial: []obj{{"c", 1}, {"d", 1}},
-			changes: []mirror.Event[obj]{
-				ev(mirror.EventAdded, obj{"a", 2}, 4),
-				ev(mirror.EventDeleted, obj{"d", 1}, 5),
-				ev(mirror.EventAdded, obj{"b", 9}, 6),
+			changes: []source.Event[obj]{
+				ev(source.Added, obj{"a", 2}, 4),
+				ev(source.Deleted, obj{"d", 1}, 5),
+				ev(source.Added, obj{"b", 9}, 6),
 			},
 		},
-		{name: "first change", from: "2", at: 2, initial: []obj{{"d", 1}}, changes: []mirror.Event[obj]{
-			ev(mirror.EventAdded, obj{"c", 1}, 3),
+		{name: "first change", from: "2", at: 2, initial: []obj{{"d", 1}}, changes: []source.Event[obj]{
+			ev(source.Added, obj{"c", 1}, 3),
 		}},
-		{name: "new source", from: "1", at: 1, initial: nil, changes: []mirror.Event[obj]{
-			ev(mirror.EventAdded, obj{"d", 1}, 2),
-			ev(mirror.EventAdded, obj{"c", 1}, 3),
+		{name: "new source", from: "1", at: 1, initial: nil, changes: []source.Event[obj]{
+			ev(source.Added, obj{"d", 1}, 2),
+			ev(source.Added, obj{"c", 1}, 3),
 		}},
 	}
 	for _, tt := range tests {
@@ -403,14 +403,14 @@ func TestWatch_SendInitialEventsThenBookmarkThenChanges(t *testing.T) {
 				s.Put(obj{"c", 1})                  // 3
 				s.Put(obj{"a", 2})                  // 4
 				s.Delete("d")                       // 5
-				w := watch(t, s, mirror.WatchOptions{ResourceVersion: tt.from, SendInitialEvents: true})
+				w := watch(t, s, source.WatchOptions{ResourceVersion: tt.from, SendInitialEvents: true})
 				s.Put(obj{"b", 9}) // 6
 				s.Bookmark()       // not allowed: no bookmark but the initial one
 
 				for _, o := range tt.initial {
-					assert.Equal(t, ev(mirror.EventAdded, o, tt.at), next(t, w), tt.name)
+					assert.Equal(t, ev(source.Added, o, tt.at), next(t, w), tt.name)
 				}
-				assert.Equal(t, mirror.Event[obj]{Type: mirror.EventBookmark, ResourceVersion: strconv.Itoa(tt.at), InitialEventsEnd: true},
+				assert.Equal(t, source.Event[obj]{Type: source.Bookmark, ResourceVersion: strconv.Itoa(tt.at), InitialEventsEnd: true},
 					next(t, w), tt.name)
 				for _, want := range tt.changes {
 					assert.Equal(t, want, next(t, w), tt.name)
@@ -424,8 +424,8 @@ func TestWatch_SendInitialEventsOutsideTheHistoryFails(t *testing.T) {
 	s := newSource(memsource.Options{})
 	fill(s, 4) // revisions 2 to 5
 	s.Compact(3)
-	for rv, wantErr := range map[string]error{"2": mirror.ErrExpired, "6": mirror.ErrTooLargeResourceVersion} {
-		_, err := s.Watch(t.Context(), mirror.WatchOptions{ResourceVersion: rv, SendInitialEvents: true})
+	for rv, wantErr := range map[string]error{"2": source.ErrExpired, "6": source.ErrTooLargeResourceVersion} {
+		_, err := s.Watch(t.Context(), source.WatchOptions{ResourceVersion: rv, SendInitialEvents: true})
 		require.ErrorIs(t, err, wantErr, "rv %s", rv)
 	}
 }
@@ -435,9 +435,9 @@ func TestWatch_ConcurrentWritersAndWatchersSeeEveryRevisionOnceInOrder(t *testin
 		const writers, perWriter, watchers = 4, 300, 4
 		const total = writers * perWriter
 		s := newSource(memsource.Options{})
-		var ws []mirror.Watcher[obj]
+		var ws []source.Watcher[obj]
 		for range watchers {
-			ws = append(ws, watch(t, s, mirror.WatchOptions{AllowBookmarks: true}))
+			ws = append(ws, watch(t, s, source.WatchOptions{AllowBookmarks: true}))
 		}
 
 		var wg sync.WaitGroup
@@ -473,10 +473,10 @@ func TestWatch_ConcurrentWritersAndWatchersSeeEveryRevisionOnceInOrder(t *testin
 					rev, err := strconv.ParseInt(e.ResourceVersion, 10, 64)
 					require.NoError(t, err)
 					switch e.Type {
-					case mirror.EventBookmark:
+					case source.Bookmark:
 						assert.Equal(t, last, rev, "a bookmark reports the last revision delivered")
 						continue
-					case mirror.EventDeleted:
+					case source.Deleted:
 						delete(m, e.Object.Key)
 					default:
 						m[e.Object.Key] = e.Object

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -20,7 +20,7 @@ func BenchmarkWatcher_Next(b *testing.B) {
 	buf := make([]*clientv3.Event, perResponse)
 
 	fw := &fakeWatcher{}
-	w, err := New(fakeClient(nil, fw), "/p/", Options{}).Watch(b.Context(), mirror.WatchOptions{})
+	w, err := New(fakeClient(nil, fw), "/p/", Options{}).Watch(b.Context(), source.WatchOptions{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func BenchmarkList_Page(b *testing.B) {
 	for b.Loop() {
 		kv.answers = append(kv.answers[:0], fakeGet{resp: resp})
 		kv.ops = kv.ops[:0]
-		if _, err := lw.List(b.Context(), mirror.ListOptions{Limit: pageSize}); err != nil {
+		if _, err := lw.List(b.Context(), source.ListOptions{Limit: pageSize}); err != nil {
 			b.Fatal(err)
 		}
 		pages++

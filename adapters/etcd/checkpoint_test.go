@@ -10,6 +10,7 @@ import (
 	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/adapters/etcd"
 	"github.com/listwatch/mirror/memsource"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -20,7 +21,7 @@ type listCounting[T any] struct {
 	lists atomic.Int64
 }
 
-func (s *listCounting[T]) List(ctx context.Context, opts mirror.ListOptions) (mirror.ListResult[T], error) {
+func (s *listCounting[T]) List(ctx context.Context, opts source.ListOptions) (source.ListResult[T], error) {
 	if opts.Continue == "" {
 		s.lists.Add(1)
 	}

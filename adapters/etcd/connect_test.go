@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -40,10 +41,10 @@ func TestList_WithoutConnectionFailsSoonWithTheCause(t *testing.T) {
 			lw := New(c, "/p/", Options{})
 			ctx, cancel := context.WithTimeout(t.Context(), defaultRequestTimeout/2)
 			defer cancel()
-			_, err = lw.List(ctx, mirror.ListOptions{})
+			_, err = lw.List(ctx, source.ListOptions{})
 			require.Error(t, err)
 			require.NoError(t, ctx.Err(), "the list waited for the test's bound: %v", err)
-			assert.ErrorIs(t, err, mirror.ErrUnavailable)
+			assert.ErrorIs(t, err, source.ErrUnavailable)
 			assert.NotErrorIs(t, err, mirror.ErrPermanent)
 			assert.ErrorContains(t, err, tc.want)
 
@@ -52,7 +53,7 @@ func TestList_WithoutConnectionFailsSoonWithTheCause(t *testing.T) {
 			// the member is back.
 			short, cancelShort := context.WithTimeout(t.Context(), 2*connectWait)
 			defer cancelShort()
-			_, err = lw.List(short, mirror.ListOptions{})
+			_, err = lw.List(short, source.ListOptions{})
 			assert.ErrorIs(t, err, context.DeadlineExceeded)
 		})
 	}

@@ -5,21 +5,21 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 )
 
 // CompareVersions orders two resource versions of the ListWatcher, etcd
-// revisions in decimal; it implements mirror.VersionComparer, so that an
+// revisions in decimal; it implements source.VersionComparer, so that an
 // informer of etcd keys can wait for a revision and serve consistent reads
 // (mirror.Informer.WaitForVersion, Consistent). A string that is not a
-// revision gets an error wrapping mirror.ErrInvalidVersion.
+// revision gets an error wrapping source.ErrInvalidVersion.
 func (lw *ListWatcher[V]) CompareVersions(a, b string) (int, error) {
-	return mirror.CompareDecimalVersions(a, b)
+	return source.CompareDecimalVersions(a, b)
 }
 
 // CurrentVersion returns the cluster's current revision, read
 // linearizably: no older than any write that completed before the call,
-// under any prefix. It implements mirror.CurrentVersioner. It costs one
+// under any prefix. It implements source.CurrentVersioner. It costs one
 // count-only read of a single key, whatever the prefix's size. Errors are
 // classified as List's are.
 func (lw *ListWatcher[V]) CurrentVersion(ctx context.Context) (string, error) {
@@ -34,7 +34,7 @@ func (lw *ListWatcher[V]) CurrentVersion(ctx context.Context) (string, error) {
 // RequestProgress asks etcd to send every open watch of the ListWatcher a
 // progress notification, a bookmark at the revision the cluster has
 // reached, and returns without waiting for it; it implements
-// mirror.ProgressRequester. The requests go out on the watches' own
+// source.ProgressRequester. The requests go out on the watches' own
 // progress goroutines, one pending at a time per watch, so that a burst
 // of consistent reads costs etcd at most one request per watch in flight.
 // etcd answers once the watch has caught up; one that comes while it is
@@ -78,7 +78,7 @@ func (lw *ListWatcher[V]) untrack(w *watcher[V]) {
 }
 
 var (
-	_ mirror.VersionComparer   = (*ListWatcher[[]byte])(nil)
-	_ mirror.CurrentVersioner  = (*ListWatcher[[]byte])(nil)
-	_ mirror.ProgressRequester = (*ListWatcher[[]byte])(nil)
+	_ source.VersionComparer   = (*ListWatcher[[]byte])(nil)
+	_ source.CurrentVersioner  = (*ListWatcher[[]byte])(nil)
+	_ source.ProgressRequester = (*ListWatcher[[]byte])(nil)
 )

@@ -6,6 +6,7 @@ import (
 	"testing/synctest"
 
 	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -49,7 +50,7 @@ func TestListWatcher_DecodePanicSkipsOnlyThatKey(t *testing.T) {
 	}{
 		{"List", func(t *testing.T) ([]string, []error) {
 			kv := &fakeKV{answers: []fakeGet{{resp: &clientv3.GetResponse{Header: header(10), Kvs: page}}}}
-			res, err := NewTyped(fakeClient(kv, nil), "/p/", decodePanicky, Options{}).List(t.Context(), mirror.ListOptions{})
+			res, err := NewTyped(fakeClient(kv, nil), "/p/", decodePanicky, Options{}).List(t.Context(), source.ListOptions{})
 			require.NoError(t, err)
 			var keys []string
 			for _, o := range res.Items {
@@ -61,7 +62,7 @@ func TestListWatcher_DecodePanicSkipsOnlyThatKey(t *testing.T) {
 			kv := &fakeKV{answers: []fakeGet{{resp: &clientv3.GetResponse{Header: header(10)}}}}
 			streams := &fakeStreams{script: []fakeStream{{chunks: []*pb.RangeResponse{{Kvs: page}}}}}
 			lw := NewTyped(fakeStreamClient(kv, streams), "/p/", decodePanicky, Options{})
-			chunks, _, skipped, err := collectChunks(t, lw, mirror.ListOptions{})
+			chunks, _, skipped, err := collectChunks(t, lw, source.ListOptions{})
 			require.NoError(t, err)
 			require.Len(t, chunks, 1)
 			return chunks[0], skipped
@@ -80,7 +81,7 @@ func TestListWatcher_DecodePanicSkipsOnlyThatKey(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			fw := &fakeWatcher{}
 			w, err := NewTyped(fakeClient(nil, fw), "/p/", decodePanicky, Options{PrevValues: true}).
-				Watch(t.Context(), mirror.WatchOptions{ResourceVersion: "5"})
+				Watch(t.Context(), source.WatchOptions{ResourceVersion: "5"})
 			require.NoError(t, err)
 			defer w.Stop()
 			fw.watch(0).ch <- clientv3.WatchResponse{Header: header(12), Events: []*clientv3.Event{
@@ -92,7 +93,7 @@ func TestListWatcher_DecodePanicSkipsOnlyThatKey(t *testing.T) {
 				// A later good value of the key is decoded.
 				{Type: mvccpb.PUT, Kv: prevKV("/p/b", "5", 3, 12, 2)},
 			}}
-			var got []mirror.Event[Object[int]]
+			var got []source.Event[Object[int]]
 			for range 4 {
 				ev, err := w.Next(t.Context())
 				require.NoError(t, err)
@@ -100,11 +101,11 @@ func TestListWatcher_DecodePanicSkipsOnlyThatKey(t *testing.T) {
 			}
 			requireDecodePanic(t, got[0].Err, "/p/b", "9")
 			got[0].Err = nil
-			assert.Equal(t, []mirror.Event[Object[int]]{
-				{Type: mirror.EventError, ResourceVersion: "9", Object: Object[int]{Key: "/p/b"}, KeyOnly: true},
-				{Type: mirror.EventAdded, ResourceVersion: "10", Object: Object[int]{Key: "/p/c", Value: 4, CreateRevision: 10, ModRevision: 10, Version: 1}},
-				{Type: mirror.EventDeleted, ResourceVersion: "11", Object: Object[int]{Key: "/p/c"}, KeyOnly: true},
-				{Type: mirror.EventModified, ResourceVersion: "12", Object: Object[int]{Key: "/p/b", Value: 5, CreateRevision: 3, ModRevision: 12, Version: 2}},
+			assert.Equal(t, []source.Event[Object[int]]{
+				{Type: source.Error, ResourceVersion: "9", Object: Object[int]{Key: "/p/b"}, KeyOnly: true},
+				{Type: source.Added, ResourceVersion: "10", Object: Object[int]{Key: "/p/c", Value: 4, CreateRevision: 10, ModRevision: 10, Version: 1}},
+				{Type: source.Deleted, ResourceVersion: "11", Object: Object[int]{Key: "/p/c"}, KeyOnly: true},
+				{Type: source.Updated, ResourceVersion: "12", Object: Object[int]{Key: "/p/b", Value: 5, CreateRevision: 3, ModRevision: 12, Version: 2}},
 			}, got)
 		})
 	})

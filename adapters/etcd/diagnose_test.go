@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -156,8 +156,8 @@ func TestList_UnansweredReadSaysWhyTheClientGotNoAnswer(t *testing.T) {
 			require.NoError(t, err)
 			defer c.Close()
 			lw := New(c, "/p/", Options{RequestTimeout: 500 * time.Millisecond})
-			_, err = lw.List(t.Context(), mirror.ListOptions{})
-			require.ErrorIs(t, err, mirror.ErrUnavailable)
+			_, err = lw.List(t.Context(), source.ListOptions{})
+			require.ErrorIs(t, err, source.ErrUnavailable)
 			require.ErrorIs(t, err, context.DeadlineExceeded)
 			assert.ErrorContains(t, err, `etcd: list "/p/": mirror: source unavailable: no answer within 500ms: `)
 			for _, want := range tc.want {

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -21,12 +22,12 @@ import (
 func classify(ctx context.Context, err error) (kind, cause error) {
 	switch {
 	case errors.Is(err, rpctypes.ErrCompacted):
-		return mirror.ErrExpired, err
+		return source.ErrExpired, err
 	case errors.Is(err, rpctypes.ErrFutureRev):
-		return mirror.ErrTooLargeResourceVersion, err
+		return source.ErrTooLargeResourceVersion, err
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		if ctx.Err() == nil {
-			return mirror.ErrUnavailable, err
+			return source.ErrUnavailable, err
 		}
 		return nil, err
 	}
@@ -36,7 +37,7 @@ func classify(ctx context.Context, err error) (kind, cause error) {
 		// A token that expired, or that predates a change to users or
 		// roles: the client authenticates again for its next request
 		// and for every new watch stream, so trying again cures it.
-		return mirror.ErrUnavailable, cause
+		return source.ErrUnavailable, cause
 	case code == codes.PermissionDenied, code == codes.Unauthenticated,
 		errors.Is(cause, rpctypes.ErrUserEmpty), errors.Is(cause, rpctypes.ErrAuthFailed):
 		// The user may not read the prefix, or the client has no
@@ -48,9 +49,9 @@ func classify(ctx context.Context, err error) (kind, cause error) {
 		// No leader, leader changed, member stopping, connection lost,
 		// and the server-side timeouts of a request that lost its
 		// leader: all pass once the cluster recovers.
-		return mirror.ErrUnavailable, cause
+		return source.ErrUnavailable, cause
 	case code == codes.ResourceExhausted && errors.Is(cause, rpctypes.ErrTooManyRequests):
-		return mirror.ErrUnavailable, cause
+		return source.ErrUnavailable, cause
 	}
 	return nil, cause
 }

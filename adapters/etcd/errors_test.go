@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -28,16 +29,16 @@ func TestClassify_MapsEtcdErrorsToMirrorKinds(t *testing.T) {
 		err  error
 		want error
 	}{
-		{"compacted", live, rpctypes.ErrCompacted, mirror.ErrExpired},
-		{"future revision", live, rpctypes.ErrFutureRev, mirror.ErrTooLargeResourceVersion},
-		{"no leader", live, rpctypes.ErrNoLeader, mirror.ErrUnavailable},
-		{"leader changed", live, rpctypes.ErrLeaderChanged, mirror.ErrUnavailable},
-		{"request timed out", live, rpctypes.ErrTimeout, mirror.ErrUnavailable},
-		{"server stopped", live, rpctypes.ErrStopped, mirror.ErrUnavailable},
-		{"too many requests", live, rpctypes.ErrTooManyRequests, mirror.ErrUnavailable},
-		{"grpc unavailable", live, status.Error(codes.Unavailable, "connection refused"), mirror.ErrUnavailable},
-		{"wrapped", live, fmt.Errorf("ctx: %w", rpctypes.ErrCompacted), mirror.ErrExpired},
-		{"own timeout", live, context.DeadlineExceeded, mirror.ErrUnavailable},
+		{"compacted", live, rpctypes.ErrCompacted, source.ErrExpired},
+		{"future revision", live, rpctypes.ErrFutureRev, source.ErrTooLargeResourceVersion},
+		{"no leader", live, rpctypes.ErrNoLeader, source.ErrUnavailable},
+		{"leader changed", live, rpctypes.ErrLeaderChanged, source.ErrUnavailable},
+		{"request timed out", live, rpctypes.ErrTimeout, source.ErrUnavailable},
+		{"server stopped", live, rpctypes.ErrStopped, source.ErrUnavailable},
+		{"too many requests", live, rpctypes.ErrTooManyRequests, source.ErrUnavailable},
+		{"grpc unavailable", live, status.Error(codes.Unavailable, "connection refused"), source.ErrUnavailable},
+		{"wrapped", live, fmt.Errorf("ctx: %w", rpctypes.ErrCompacted), source.ErrExpired},
+		{"own timeout", live, context.DeadlineExceeded, source.ErrUnavailable},
 		{"caller's deadline", done, context.DeadlineExceeded, nil},
 		{"caller canceled", done, context.Canceled, nil},
 		{"no space", live, rpctypes.ErrNoSpace, nil},
@@ -49,10 +50,10 @@ func TestClassify_MapsEtcdErrorsToMirrorKinds(t *testing.T) {
 		{"wrong password", live, rpctypes.ErrAuthFailed, mirror.ErrPermanent},
 		{"grpc permission denied", live, status.Error(codes.PermissionDenied, "not for you"), mirror.ErrPermanent},
 		{"grpc unauthenticated", live, status.Error(codes.Unauthenticated, "no certificate"), mirror.ErrPermanent},
-		{"expired token, which the client renews", live, rpctypes.ErrInvalidAuthToken, mirror.ErrUnavailable},
-		{"watch refused: expired token", live, watchRefusal(rpctypes.ErrGRPCInvalidAuthToken), mirror.ErrUnavailable},
-		{"token older than the auth store", live, rpctypes.ErrAuthOldRevision, mirror.ErrUnavailable},
-		{"watch refused: unknown reason, known code", live, errors.New("rpc error: code = Unavailable desc = try later"), mirror.ErrUnavailable},
+		{"expired token, which the client renews", live, rpctypes.ErrInvalidAuthToken, source.ErrUnavailable},
+		{"watch refused: expired token", live, watchRefusal(rpctypes.ErrGRPCInvalidAuthToken), source.ErrUnavailable},
+		{"token older than the auth store", live, rpctypes.ErrAuthOldRevision, source.ErrUnavailable},
+		{"watch refused: unknown reason, known code", live, errors.New("rpc error: code = Unavailable desc = try later"), source.ErrUnavailable},
 		{"watch refused: unknown reason and code", live, errors.New("rpc error: code = Bogus desc = what"), nil},
 		{"role not granted", live, rpctypes.ErrRoleNotGranted, nil},
 		{"other", live, errors.New("boom"), nil},
@@ -66,7 +67,7 @@ func TestClassify_MapsEtcdErrorsToMirrorKinds(t *testing.T) {
 
 func TestWrapError_KeepsKindAndCauseVisible(t *testing.T) {
 	err := wrapError(context.Background(), rpctypes.ErrCompacted, "etcd: watch %q from rev %d", "/p/", 7)
-	require.ErrorIs(t, err, mirror.ErrExpired)
+	require.ErrorIs(t, err, source.ErrExpired)
 	require.ErrorIs(t, err, rpctypes.ErrCompacted)
 	assert.Equal(t, `etcd: watch "/p/" from rev 7: mirror: resource version expired: etcdserver: mvcc: required revision has been compacted`, err.Error())
 

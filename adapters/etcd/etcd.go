@@ -1,4 +1,4 @@
-// Package etcd adapts an etcd v3 key prefix to mirror.ListWatcher, so that a
+// Package etcd adapts an etcd v3 key prefix to source.ListWatcher, so that a
 // mirror.Reflector or mirror.Informer can keep a local copy of the keys under
 // the prefix.
 //
@@ -6,7 +6,7 @@
 // authentication and namespacing stay the caller's. It lists at one
 // revision, through etcd's RangeStream where the server offers it (see
 // ListChunks) and in pages otherwise, watches from the revision after the
-// list, maps compaction to mirror.ErrExpired (the Reflector then relists,
+// list, maps compaction to source.ErrExpired (the Reflector then relists,
 // and the queue turns the keys deleted meanwhile into tombstones), ends a
 // watch whose member has gone quiet within a bound set by
 // Options.ProgressInterval, and maps a refused read (permission denied,
@@ -35,13 +35,14 @@ import (
 	"time"
 
 	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Object is one etcd key as the mirror holds it: the key, its value
 // decoded into a V, and etcd's metadata for it. In a deletion that carries
-// the key alone (mirror.Event.KeyOnly; see Options.PrevValues), every
+// the key alone (source.Event.KeyOnly; see Options.PrevValues), every
 // field but Key is zero.
 type Object[V any] struct {
 	// Key is the full etcd key, prefix included.
@@ -77,7 +78,7 @@ type Options struct {
 	// RequestTimeout bounds each list page, the wait for each chunk of
 	// ListChunks (not the whole list), each CurrentVersion and the start
 	// of each watch: past it, the request fails with an error wrapping
-	// mirror.ErrUnavailable that says what the client's connection tells
+	// source.ErrUnavailable that says what the client's connection tells
 	// of why (refused, DNS, TLS, no answer). Zero means 30 seconds; a
 	// negative value means no bound but the caller's context.
 	//
@@ -92,10 +93,10 @@ type Options struct {
 	// ProgressInterval is how long a watch hears nothing from etcd before
 	// it asks for a progress notification (and again every quarter
 	// interval while still silent). A watch silent for two intervals ends
-	// with an error wrapping mirror.ErrUnavailable, within two and a
+	// with an error wrapping source.ErrUnavailable, within two and a
 	// quarter intervals of etcd's last message, and the Reflector watches
 	// again from the last revision seen. A watch that allows bookmarks
-	// (mirror.WatchOptions.AllowBookmarks) hands the answers out as
+	// (source.WatchOptions.AllowBookmarks) hands the answers out as
 	// bookmarks. Zero means 5 seconds; a negative value turns
 	// progress requests off (a watch then waits for a lost member).
 	//
@@ -108,9 +109,9 @@ type Options struct {
 	ProgressInterval time.Duration
 
 	// PrevValues makes watches ask etcd for the value each event
-	// replaced, so that an EventDeleted carries the key's last value and
+	// replaced, so that an source.Deleted carries the key's last value and
 	// metadata. The default, false, sends deletions with the key alone,
-	// marked mirror.Event.KeyOnly; a Reflector's store and an Informer
+	// marked source.Event.KeyOnly; a Reflector's store and an Informer
 	// deliver the last value they applied instead. A deletion whose
 	// previous value is compacted or fails to decode carries the key
 	// alone even with PrevValues. Its cost to etcd is measured in
@@ -139,7 +140,7 @@ func (o Options) progressInterval() time.Duration {
 
 // ListWatcher lists and watches the keys under one prefix of an etcd
 // cluster, whose values decode into Vs. *ListWatcher[V] implements
-// mirror.ListWatcher[Object[V]]; NewInformer makes an informer of it. It is
+// source.ListWatcher[Object[V]]; NewInformer makes an informer of it. It is
 // safe for concurrent use; it holds no resources of its own, and every
 // Watcher it returns ends with its context or its Stop.
 type ListWatcher[V any] struct {
@@ -319,4 +320,4 @@ func parseRev(rv string) (int64, error) {
 	return rev, nil
 }
 
-var _ mirror.ListWatcher[KV] = (*ListWatcher[[]byte])(nil)
+var _ source.ListWatcher[KV] = (*ListWatcher[[]byte])(nil)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/adapters/etcd"
+	"github.com/listwatch/mirror/source"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -123,7 +124,7 @@ func ExampleListWatcher() {
 	}
 
 	lw := etcd.NewTyped(cli, "/services/", decodeService, etcd.Options{})
-	opts := mirror.ListOptions{Limit: 2}
+	opts := source.ListOptions{Limit: 2}
 	var rv string
 	for {
 		page, err := lw.List(ctx, opts)
@@ -147,7 +148,7 @@ func ExampleListWatcher() {
 	}
 	fmt.Println("listed at revision", rv)
 
-	w, err := lw.Watch(ctx, mirror.WatchOptions{ResourceVersion: rv})
+	w, err := lw.Watch(ctx, source.WatchOptions{ResourceVersion: rv})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -157,7 +158,7 @@ func ExampleListWatcher() {
 	}
 	ev, err := w.Next(ctx)
 	if err != nil {
-		log.Fatal(err) // io.EOF once stopped; mirror.ErrExpired if compacted: list again
+		log.Fatal(err) // io.EOF once stopped; source.ErrExpired if compacted: list again
 	}
 	// A deletion carries the key alone, unless Options.PrevValues is set.
 	fmt.Println(ev.Type, ev.Object.Key, "at revision", ev.ResourceVersion, "key only:", ev.KeyOnly)

@@ -10,6 +10,7 @@ import (
 	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/adapters/etcd"
 	"github.com/listwatch/mirror/memsource"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -69,7 +70,7 @@ func relistAfterCut(t *testing.T, opts etcd.InformerOptions[string]) []string {
 
 	// Every list and watch fails until the changes are made and
 	// compacted: the informer can learn of them only by a relist.
-	src.FailNext(1<<30, fmt.Errorf("cut: %w", mirror.ErrUnavailable))
+	src.FailNext(1<<30, fmt.Errorf("cut: %w", source.ErrUnavailable))
 	src.CutWatches()
 	put("/b", "v2", created["/b"])
 	_, ok := src.Delete("/c")

@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -19,17 +19,17 @@ import (
 // opts.ResourceVersion "" it is read linearizably (never stale); with "0"
 // it may be served by any member from its own state; with "N" it is read
 // from the member's state and fails with an error wrapping
-// mirror.ErrTooLargeResourceVersion if that member has not reached N. Every
+// source.ErrTooLargeResourceVersion if that member has not reached N. Every
 // later page is read at R exactly, so a paged list is one consistent
 // snapshot however many writes happen while it is read; a page whose R has
-// been compacted meanwhile fails with an error wrapping mirror.ErrExpired.
+// been compacted meanwhile fails with an error wrapping source.ErrExpired.
 // opts.Limit is the page size (0: one page).
 //
 // A value that fails to decode (or whose decode function panics) leaves
 // its key out of Items and adds an *mirror.ObjectError to Skipped. Errors are classified with
-// mirror.ErrExpired, mirror.ErrTooLargeResourceVersion and
-// mirror.ErrUnavailable where one applies, and wrap etcd's error too.
-func (lw *ListWatcher[V]) List(ctx context.Context, opts mirror.ListOptions) (mirror.ListResult[Object[V]], error) {
+// source.ErrExpired, source.ErrTooLargeResourceVersion and
+// source.ErrUnavailable where one applies, and wrap etcd's error too.
+func (lw *ListWatcher[V]) List(ctx context.Context, opts source.ListOptions) (source.ListResult[Object[V]], error) {
 	if opts.Continue == "" {
 		lw.stats.lists.Add(1)
 	}
@@ -37,8 +37,8 @@ func (lw *ListWatcher[V]) List(ctx context.Context, opts mirror.ListOptions) (mi
 }
 
 // list is List, uncounted: it reads one page.
-func (lw *ListWatcher[V]) list(ctx context.Context, opts mirror.ListOptions) (mirror.ListResult[Object[V]], error) {
-	var res mirror.ListResult[Object[V]]
+func (lw *ListWatcher[V]) list(ctx context.Context, opts source.ListOptions) (source.ListResult[Object[V]], error) {
+	var res source.ListResult[Object[V]]
 	var buf [4]clientv3.OpOption
 	ops := append(buf[:0], clientv3.WithRange(lw.end))
 	if opts.Limit > 0 {
@@ -80,7 +80,7 @@ func (lw *ListWatcher[V]) list(ctx context.Context, opts mirror.ListOptions) (mi
 		rev = resp.Header.Revision
 		if rev < atLeast {
 			return res, fmt.Errorf("etcd: list %q at rev %d: member is at rev %d: %w",
-				lw.prefix, atLeast, rev, mirror.ErrTooLargeResourceVersion)
+				lw.prefix, atLeast, rev, source.ErrTooLargeResourceVersion)
 		}
 	}
 

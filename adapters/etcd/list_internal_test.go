@@ -3,7 +3,7 @@ package etcd
 import (
 	"testing"
 
-	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -23,13 +23,13 @@ func TestList_LaterPagesReadAtFirstPageRevisionNotTheirHeader(t *testing.T) {
 	}}
 	lw := New(fakeClient(kv, nil), "/p/", Options{})
 
-	first, err := lw.List(t.Context(), mirror.ListOptions{Limit: 2})
+	first, err := lw.List(t.Context(), source.ListOptions{Limit: 2})
 	require.NoError(t, err)
 	assert.Equal(t, "10", first.ResourceVersion)
-	second, err := lw.List(t.Context(), mirror.ListOptions{Limit: 2, Continue: first.Continue})
+	second, err := lw.List(t.Context(), source.ListOptions{Limit: 2, Continue: first.Continue})
 	require.NoError(t, err)
 	assert.Equal(t, "10", second.ResourceVersion)
-	third, err := lw.List(t.Context(), mirror.ListOptions{Limit: 2, Continue: second.Continue})
+	third, err := lw.List(t.Context(), source.ListOptions{Limit: 2, Continue: second.Continue})
 	require.NoError(t, err)
 	assert.Equal(t, "10", third.ResourceVersion)
 	assert.Empty(t, third.Continue)
@@ -62,11 +62,11 @@ func TestList_ResourceVersionChoosesConsistency(t *testing.T) {
 		{"", false, nil},
 		{"0", true, nil},
 		{"10", true, nil},
-		{"11", true, mirror.ErrTooLargeResourceVersion},
+		{"11", true, source.ErrTooLargeResourceVersion},
 	} {
 		t.Run("rv="+tc.rv, func(t *testing.T) {
 			kv := &fakeKV{answers: []fakeGet{{resp: &clientv3.GetResponse{Header: header(10), Kvs: kvs("/p/a")}}}}
-			res, err := New(fakeClient(kv, nil), "/p/", Options{}).List(t.Context(), mirror.ListOptions{ResourceVersion: tc.rv})
+			res, err := New(fakeClient(kv, nil), "/p/", Options{}).List(t.Context(), source.ListOptions{ResourceVersion: tc.rv})
 			if tc.err != nil {
 				require.ErrorIs(t, err, tc.err)
 			} else {

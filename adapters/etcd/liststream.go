@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
@@ -17,17 +17,17 @@ var errChunkTimeout = errors.New("no chunk within the request timeout")
 
 // ListChunks reads every key under the prefix at one revision and hands
 // them to chunk as etcd sends them, in key order. It implements
-// mirror.ChunkLister, and a Reflector uses it rather than List.
+// source.ChunkLister, and a Reflector uses it rather than List.
 //
 // It reads through etcd's RangeStream (etcd 3.7 and later): one request,
 // answered in chunks that etcd sizes itself (opts.Limit does not bound
 // them), each read at the list's revision R. R is read first, as List's
 // first page reads it: with opts.ResourceVersion "" linearizably, with
 // "0" from the member's own state, with "N" from the member's own state,
-// failing with an error wrapping mirror.ErrTooLargeResourceVersion before
+// failing with an error wrapping source.ErrTooLargeResourceVersion before
 // anything is read if the member has not reached N. If R is compacted
 // before the last chunk is read, ListChunks fails with an error wrapping
-// mirror.ErrExpired.
+// source.ErrExpired.
 //
 // Where the server does not offer RangeStream (an etcd older than 3.7, the
 // gRPC proxy), ListChunks reads in pages instead, as List does, with
@@ -38,12 +38,12 @@ var errChunkTimeout = errors.New("no chunk within the request timeout")
 // Options.RequestTimeout bounds the wait for each chunk (and for each page
 // when paging), not the whole list nor the time chunk takes: a large list
 // read by a slow consumer is not cut short, while a member that stops
-// answering in the middle of a list yields mirror.ErrUnavailable within
+// answering in the middle of a list yields source.ErrUnavailable within
 // the timeout.
 //
 // Values that fail to decode are left out and reported as List reports
 // them, in the Skipped of the chunk they were read in.
-func (lw *ListWatcher[V]) ListChunks(ctx context.Context, opts mirror.ListOptions, chunk func(mirror.ListResult[Object[V]]) error) error {
+func (lw *ListWatcher[V]) ListChunks(ctx context.Context, opts source.ListOptions, chunk func(source.ListResult[Object[V]]) error) error {
 	if opts.Continue != "" {
 		return fmt.Errorf("etcd: list %q in chunks: %w", lw.prefix, errBadContinue)
 	}
@@ -87,7 +87,7 @@ func (lw *ListWatcher[V]) listRevision(ctx context.Context, rv string) (int64, e
 	rev := resp.Header.Revision
 	if rev < atLeast {
 		return 0, fmt.Errorf("etcd: list %q at rev %d: member is at rev %d: %w",
-			lw.prefix, atLeast, rev, mirror.ErrTooLargeResourceVersion)
+			lw.prefix, atLeast, rev, source.ErrTooLargeResourceVersion)
 	}
 	return rev, nil
 }
@@ -95,7 +95,7 @@ func (lw *ListWatcher[V]) listRevision(ctx context.Context, rv string) (int64, e
 // stream reads the prefix at rev through RangeStream and hands each chunk
 // to chunk. As getAt does for a page, it reads from the member's own state
 // and, if that member has not reached rev yet, linearizably.
-func (lw *ListWatcher[V]) stream(ctx context.Context, rev int64, chunk func(mirror.ListResult[Object[V]]) error) error {
+func (lw *ListWatcher[V]) stream(ctx context.Context, rev int64, chunk func(source.ListResult[Object[V]]) error) error {
 	err := lw.streamOnce(ctx, rev, true, chunk)
 	if errors.Is(err, rpctypes.ErrFutureRev) {
 		// Nothing was handed over: a member behind rev fails the first
@@ -105,7 +105,7 @@ func (lw *ListWatcher[V]) stream(ctx context.Context, rev int64, chunk func(mirr
 	return err
 }
 
-func (lw *ListWatcher[V]) streamOnce(ctx context.Context, rev int64, serializable bool, chunk func(mirror.ListResult[Object[V]]) error) (err error) {
+func (lw *ListWatcher[V]) streamOnce(ctx context.Context, rev int64, serializable bool, chunk func(source.ListResult[Object[V]]) error) (err error) {
 	sctx, cancel := context.WithCancelCause(ctx)
 	timeout := lw.opts.requestTimeout()
 	var timer *time.Timer
@@ -134,7 +134,7 @@ func (lw *ListWatcher[V]) streamOnce(ctx context.Context, rev int64, serializabl
 	failed := func(err error) error {
 		if context.Cause(sctx) == errChunkTimeout && ctx.Err() == nil {
 			return fmt.Errorf("etcd: list %q at rev %d: %w after %v: %w: %w",
-				lw.prefix, rev, errChunkTimeout, timeout, mirror.ErrUnavailable, err)
+				lw.prefix, rev, errChunkTimeout, timeout, source.ErrUnavailable, err)
 		}
 		return lw.wrapError(ctx, err, "etcd: list %q at rev %d", lw.prefix, rev)
 	}
@@ -143,7 +143,7 @@ func (lw *ListWatcher[V]) streamOnce(ctx context.Context, rev int64, serializabl
 		return failed(err)
 	}
 
-	res := mirror.ListResult[Object[V]]{ResourceVersion: formatRev(rev)}
+	res := source.ListResult[Object[V]]{ResourceVersion: formatRev(rev)}
 	handed := false
 	for resp := range ch {
 		if err := resp.Err(); err != nil {
@@ -170,13 +170,13 @@ func (lw *ListWatcher[V]) streamOnce(ctx context.Context, rev int64, serializabl
 	// The client closes the channel without an error only at the
 	// stream's end: every chunk has been read.
 	if !handed {
-		return chunk(mirror.ListResult[Object[V]]{ResourceVersion: res.ResourceVersion})
+		return chunk(source.ListResult[Object[V]]{ResourceVersion: res.ResourceVersion})
 	}
 	return nil
 }
 
 // listPages reads the list in pages, as List does, and hands each to chunk.
-func (lw *ListWatcher[V]) listPages(ctx context.Context, opts mirror.ListOptions, chunk func(mirror.ListResult[Object[V]]) error) error {
+func (lw *ListWatcher[V]) listPages(ctx context.Context, opts source.ListOptions, chunk func(source.ListResult[Object[V]]) error) error {
 	for {
 		page, err := lw.list(ctx, opts)
 		if err != nil {
@@ -190,7 +190,7 @@ func (lw *ListWatcher[V]) listPages(ctx context.Context, opts mirror.ListOptions
 		if next == "" {
 			return nil
 		}
-		opts = mirror.ListOptions{Limit: opts.Limit, Continue: next}
+		opts = source.ListOptions{Limit: opts.Limit, Continue: next}
 	}
 }
 
@@ -208,4 +208,4 @@ func isUnimplemented(err error) bool {
 	return ok && s.Code() == codes.Unimplemented
 }
 
-var _ mirror.ChunkLister[KV] = (*ListWatcher[[]byte])(nil)
+var _ source.ChunkLister[KV] = (*ListWatcher[[]byte])(nil)

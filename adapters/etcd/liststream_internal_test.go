@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -19,9 +20,9 @@ import (
 
 // collectChunks runs ListChunks and returns the keys of each chunk, and
 // every chunk's resource version and skipped errors.
-func collectChunks[T any](t *testing.T, lw *ListWatcher[T], opts mirror.ListOptions) (keys [][]string, rvs []string, skipped []error, err error) {
+func collectChunks[T any](t *testing.T, lw *ListWatcher[T], opts source.ListOptions) (keys [][]string, rvs []string, skipped []error, err error) {
 	t.Helper()
-	err = lw.ListChunks(t.Context(), opts, func(c mirror.ListResult[Object[T]]) error {
+	err = lw.ListChunks(t.Context(), opts, func(c source.ListResult[Object[T]]) error {
 		var ks []string
 		for _, o := range c.Items {
 			ks = append(ks, o.Key)
@@ -52,7 +53,7 @@ func TestListChunks_StreamsAtTheRevisionReadFirst(t *testing.T) {
 			}}}}
 			lw := New(fakeStreamClient(kv, streams), "/p/", Options{})
 
-			keys, rvs, _, err := collectChunks(t, lw, mirror.ListOptions{ResourceVersion: tc.rv, Limit: 1})
+			keys, rvs, _, err := collectChunks(t, lw, source.ListOptions{ResourceVersion: tc.rv, Limit: 1})
 			require.NoError(t, err)
 			assert.Equal(t, [][]string{{"/p/a", "/p/b"}, {"/p/c"}, {"/p/d"}}, keys, "each chunk as etcd sent it; Limit does not cut them")
 			assert.Equal(t, []string{"10", "10", "10"}, rvs)
@@ -76,8 +77,8 @@ func TestListChunks_TooLargeVersionFailsBeforeReading(t *testing.T) {
 	kv := &fakeKV{answers: []fakeGet{{resp: &clientv3.GetResponse{Header: header(10)}}}}
 	streams := &fakeStreams{}
 	lw := New(fakeStreamClient(kv, streams), "/p/", Options{})
-	_, _, _, err := collectChunks(t, lw, mirror.ListOptions{ResourceVersion: "11"})
-	require.ErrorIs(t, err, mirror.ErrTooLargeResourceVersion)
+	_, _, _, err := collectChunks(t, lw, source.ListOptions{ResourceVersion: "11"})
+	require.ErrorIs(t, err, source.ErrTooLargeResourceVersion)
 	assert.Empty(t, streams.streamRequests())
 }
 
@@ -88,7 +89,7 @@ func TestListChunks_MemberBehindTheRevisionIsReadLinearizably(t *testing.T) {
 		{chunks: []*pb.RangeResponse{lastChunk(12, "/p/a")}},
 	}}
 	lw := New(fakeStreamClient(kv, streams), "/p/", Options{})
-	keys, rvs, _, err := collectChunks(t, lw, mirror.ListOptions{ResourceVersion: "0"})
+	keys, rvs, _, err := collectChunks(t, lw, source.ListOptions{ResourceVersion: "0"})
 	require.NoError(t, err)
 	assert.Equal(t, [][]string{{"/p/a"}}, keys)
 	assert.Equal(t, []string{"10"}, rvs, "the list's revision is the one read first, not the last chunk's header")
@@ -115,12 +116,12 @@ func TestListChunks_PagesWhereRangeStreamIsUnimplementedAndRemembers(t *testing.
 			streams := &fakeStreams{script: []fakeStream{{err: unimplemented}}}
 			lw := New(fakeStreamClient(kv, streams), "/p/", Options{})
 
-			keys, rvs, _, err := collectChunks(t, lw, mirror.ListOptions{Limit: 2})
+			keys, rvs, _, err := collectChunks(t, lw, source.ListOptions{Limit: 2})
 			require.NoError(t, err)
 			assert.Equal(t, [][]string{{"/p/a", "/p/b"}, {"/p/c"}}, keys, "pages of opts.Limit")
 			assert.Equal(t, []string{"11", "11"}, rvs, "every page at the first page's revision")
 
-			keys, rvs, _, err = collectChunks(t, lw, mirror.ListOptions{Limit: 2})
+			keys, rvs, _, err = collectChunks(t, lw, source.ListOptions{Limit: 2})
 			require.NoError(t, err)
 			assert.Equal(t, [][]string{{"/p/a"}}, keys)
 			assert.Equal(t, []string{"13"}, rvs)
@@ -134,8 +135,8 @@ func TestListChunks_CompactionMidStreamIsExpired(t *testing.T) {
 	kv := &fakeKV{answers: []fakeGet{{resp: &clientv3.GetResponse{Header: header(10)}}}}
 	streams := &fakeStreams{script: []fakeStream{{chunks: []*pb.RangeResponse{chunk("/p/a")}, err: rpctypes.ErrGRPCCompacted}}}
 	lw := New(fakeStreamClient(kv, streams), "/p/", Options{})
-	keys, _, _, err := collectChunks(t, lw, mirror.ListOptions{})
-	require.ErrorIs(t, err, mirror.ErrExpired)
+	keys, _, _, err := collectChunks(t, lw, source.ListOptions{})
+	require.ErrorIs(t, err, source.ErrExpired)
 	require.ErrorIs(t, err, rpctypes.ErrCompacted, "etcd's own error stays visible")
 	assert.Equal(t, [][]string{{"/p/a"}}, keys)
 }
@@ -153,7 +154,7 @@ func TestListChunks_UndecodableValueIsSkippedWithItsModRevision(t *testing.T) {
 		}
 		return string(v), nil
 	}, Options{})
-	keys, _, skipped, err := collectChunks(t, lw, mirror.ListOptions{})
+	keys, _, skipped, err := collectChunks(t, lw, source.ListOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, [][]string{{"/p/a"}, {"/p/c"}}, keys)
 	require.Len(t, skipped, 1)
@@ -168,7 +169,7 @@ func TestListChunks_EmptyPrefixGivesOneEmptyChunk(t *testing.T) {
 	kv := &fakeKV{answers: []fakeGet{{resp: &clientv3.GetResponse{Header: header(10)}}}}
 	streams := &fakeStreams{script: []fakeStream{{chunks: []*pb.RangeResponse{lastChunk(10)}}}}
 	lw := New(fakeStreamClient(kv, streams), "/p/", Options{})
-	keys, rvs, _, err := collectChunks(t, lw, mirror.ListOptions{})
+	keys, rvs, _, err := collectChunks(t, lw, source.ListOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, [][]string{nil}, keys)
 	assert.Equal(t, []string{"10"}, rvs)
@@ -184,7 +185,7 @@ func TestListChunks_RequestTimeoutBoundsEachChunkNotTheConsumer(t *testing.T) {
 		streams := &fakeStreams{script: []fakeStream{{chunks: []*pb.RangeResponse{chunk("/p/a"), chunk("/p/b")}, gate: gate, hang: true}}}
 		lw := New(fakeStreamClient(kv, streams), "/p/", Options{RequestTimeout: timeout})
 		var got []string
-		err := lw.ListChunks(t.Context(), mirror.ListOptions{}, func(c mirror.ListResult[KV]) error {
+		err := lw.ListChunks(t.Context(), source.ListOptions{}, func(c source.ListResult[KV]) error {
 			got = append(got, c.Items[0].Key)
 			if len(got) == 1 {
 				// A consumer slower than the timeout.
@@ -193,7 +194,7 @@ func TestListChunks_RequestTimeoutBoundsEachChunkNotTheConsumer(t *testing.T) {
 			}
 			return nil
 		})
-		require.ErrorIs(t, err, mirror.ErrUnavailable, "a member that stops sending chunks")
+		require.ErrorIs(t, err, source.ErrUnavailable, "a member that stops sending chunks")
 		require.ErrorIs(t, err, errChunkTimeout)
 		assert.Equal(t, []string{"/p/a", "/p/b"}, got, "the consumer's time did not count")
 	})
@@ -206,7 +207,7 @@ func TestListChunks_ErrorFromChunkStopsTheStreamAndIsReturned(t *testing.T) {
 		streams := &fakeStreams{script: []fakeStream{{chunks: []*pb.RangeResponse{chunk("/p/a"), chunk("/p/b")}, hang: true}}}
 		lw := New(fakeStreamClient(kv, streams), "/p/", Options{})
 		calls := 0
-		err := lw.ListChunks(t.Context(), mirror.ListOptions{}, func(mirror.ListResult[KV]) error {
+		err := lw.ListChunks(t.Context(), source.ListOptions{}, func(source.ListResult[KV]) error {
 			calls++
 			return errStop
 		})
@@ -219,6 +220,6 @@ func TestListChunks_ErrorFromChunkStopsTheStreamAndIsReturned(t *testing.T) {
 
 func TestListChunks_RefusesAContinueToken(t *testing.T) {
 	lw := New(fakeStreamClient(&fakeKV{}, &fakeStreams{}), "/p/", Options{})
-	err := lw.ListChunks(t.Context(), mirror.ListOptions{Continue: encodeContinue(5, "/p/a")}, func(mirror.ListResult[KV]) error { return nil })
+	err := lw.ListChunks(t.Context(), source.ListOptions{Continue: encodeContinue(5, "/p/a")}, func(source.ListResult[KV]) error { return nil })
 	require.ErrorIs(t, err, errBadContinue)
 }

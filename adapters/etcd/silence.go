@@ -114,7 +114,7 @@ func (w *watcher[V]) ask() {
 }
 
 // tick runs every step. It ends the watch with an error wrapping
-// mirror.ErrUnavailable once it has heard nothing for silentSteps, and asks
+// source.ErrUnavailable once it has heard nothing for silentSteps, and asks
 // for progress once it has heard nothing for askSteps.
 //
 // etcd holds back its answer while its store is behind the start of any

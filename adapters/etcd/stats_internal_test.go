@@ -4,7 +4,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -31,9 +31,9 @@ func TestStats_CountListsRequestsKeysAndBytesAsTheyReachEtcd(t *testing.T) {
 				{resp: &clientv3.GetResponse{Header: header(11), Kvs: kvs("/p/c")}},
 			}}
 			lw := New(fakeClient(kv, nil), "/p/", Options{})
-			page, err := lw.List(t.Context(), mirror.ListOptions{Limit: 2})
+			page, err := lw.List(t.Context(), source.ListOptions{Limit: 2})
 			require.NoError(t, err)
-			_, err = lw.List(t.Context(), mirror.ListOptions{Limit: 2, Continue: page.Continue})
+			_, err = lw.List(t.Context(), source.ListOptions{Limit: 2, Continue: page.Continue})
 			require.NoError(t, err)
 			return lw
 		},
@@ -46,7 +46,7 @@ func TestStats_CountListsRequestsKeysAndBytesAsTheyReachEtcd(t *testing.T) {
 				chunk("/p/a", "/p/b"), chunk("/p/c"), lastChunk(10, "/p/d"),
 			}}}}
 			lw := New(fakeStreamClient(kv, streams), "/p/", Options{})
-			_, _, _, err := collectChunks(t, lw, mirror.ListOptions{})
+			_, _, _, err := collectChunks(t, lw, source.ListOptions{})
 			require.NoError(t, err)
 			return lw
 		},
@@ -61,7 +61,7 @@ func TestStats_CountListsRequestsKeysAndBytesAsTheyReachEtcd(t *testing.T) {
 			}}
 			streams := &fakeStreams{script: []fakeStream{{err: status.Error(codes.Unimplemented, "unknown method RangeStream")}}}
 			lw := New(fakeStreamClient(kv, streams), "/p/", Options{})
-			_, _, _, err := collectChunks(t, lw, mirror.ListOptions{Limit: 2})
+			_, _, _, err := collectChunks(t, lw, source.ListOptions{Limit: 2})
 			require.NoError(t, err)
 			return lw
 		},
@@ -71,7 +71,7 @@ func TestStats_CountListsRequestsKeysAndBytesAsTheyReachEtcd(t *testing.T) {
 		run: func(t *testing.T) *ListWatcher[[]byte] {
 			kv := &fakeKV{answers: []fakeGet{{err: rpctypes.ErrGRPCNoLeader}}}
 			lw := New(fakeClient(kv, nil), "/p/", Options{})
-			_, err := lw.List(t.Context(), mirror.ListOptions{})
+			_, err := lw.List(t.Context(), source.ListOptions{})
 			require.Error(t, err)
 			return lw
 		},
@@ -81,7 +81,7 @@ func TestStats_CountListsRequestsKeysAndBytesAsTheyReachEtcd(t *testing.T) {
 		run: func(t *testing.T) *ListWatcher[[]byte] {
 			lw := New(fakeClient(nil, &fakeWatcher{}), "/p/", Options{ProgressInterval: -1})
 			for _, rv := range []string{"", "7"} {
-				w, err := lw.Watch(t.Context(), mirror.WatchOptions{ResourceVersion: rv})
+				w, err := lw.Watch(t.Context(), source.WatchOptions{ResourceVersion: rv})
 				require.NoError(t, err)
 				w.Stop()
 			}
@@ -106,7 +106,7 @@ func TestStats_AreSafeToReadWhileListsRun(t *testing.T) {
 	var wg sync.WaitGroup
 	for range lists {
 		wg.Go(func() {
-			_, err := lw.List(t.Context(), mirror.ListOptions{})
+			_, err := lw.List(t.Context(), source.ListOptions{})
 			assert.NoError(t, err)
 			_ = lw.Stats()
 		})

@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/metadata"
@@ -33,35 +33,35 @@ var (
 // Watch starts a watch of the keys under the prefix, from the revision
 // after opts.ResourceVersion ("" or "0": from now).
 //
-// Puts become EventAdded (a key's creation) or EventModified; deletions
-// become EventDeleted carrying the key alone, marked mirror.Event.KeyOnly,
+// Puts become source.Added (a key's creation) or source.Updated; deletions
+// become source.Deleted carrying the key alone, marked source.Event.KeyOnly,
 // or, with Options.PrevValues, the key's last value when etcd still has it
-// and it decodes. A put whose value fails to decode becomes one EventError
+// and it decodes. A put whose value fails to decode becomes one source.Error
 // marked KeyOnly, whose Object holds the key alone and whose Err is an
 // *mirror.ObjectError naming the key and the put's revision: etcd holds a
 // value the mirror cannot represent, so a Reflector reports the error and
 // evicts whatever it held for the key, as a relist would leave the key out.
 // The stream goes on. Every event's ResourceVersion is its revision; the
 // events of one transaction share it, and all but the last of them are
-// marked mirror.Event.More, so that no checkpoint is taken between them. With
-// opts.AllowBookmarks, etcd's progress notifications become EventBookmark
+// marked source.Event.More, so that no checkpoint is taken between them. With
+// opts.AllowBookmarks, etcd's progress notifications become source.Bookmark
 // events.
 //
 // The watch requires a leader: a member that loses its leader ends it with
-// an error wrapping mirror.ErrUnavailable rather than leaving it silent, and
+// an error wrapping source.ErrUnavailable rather than leaving it silent, and
 // so does a member that stops answering, whether its connection stays up or
 // is lost: while Next waits, a watch that hears nothing from etcd for two
 // Options.ProgressInterval ends within a quarter interval more (see there).
-// A start revision that has been compacted ends it with mirror.ErrExpired;
+// A start revision that has been compacted ends it with source.ErrExpired;
 // a user that may not read the prefix, or a client without credentials for
 // a cluster that requires them, ends it with mirror.ErrPermanent.
 // opts.Timeout, if positive, ends it with io.EOF. opts.SendInitialEvents is
 // not supported: Watch then returns an error wrapping errors.ErrUnsupported.
 //
 // Watch returns once etcd has accepted the watch, or with an error wrapping
-// mirror.ErrUnavailable after Options.RequestTimeout, or sooner if the
+// source.ErrUnavailable after Options.RequestTimeout, or sooner if the
 // client has no connection (see Options.RequestTimeout).
-func (lw *ListWatcher[V]) Watch(ctx context.Context, opts mirror.WatchOptions) (mirror.Watcher[Object[V]], error) {
+func (lw *ListWatcher[V]) Watch(ctx context.Context, opts source.WatchOptions) (source.Watcher[Object[V]], error) {
 	if opts.SendInitialEvents {
 		return nil, fmt.Errorf("etcd: watch %q: streaming list: %w", lw.prefix, errors.ErrUnsupported)
 	}
@@ -114,7 +114,7 @@ func (lw *ListWatcher[V]) Watch(ctx context.Context, opts mirror.WatchOptions) (
 	var noConn *noAnswerError
 	if errors.As(context.Cause(w.ctx), &noConn) && ctx.Err() == nil {
 		w.release()
-		return nil, fmt.Errorf("%s: %w: %w", w.name(), mirror.ErrUnavailable, noConn)
+		return nil, fmt.Errorf("%s: %w: %w", w.name(), source.ErrUnavailable, noConn)
 	}
 	lw.connected()
 	if interval > 0 {
@@ -224,9 +224,9 @@ type watcher[V any] struct {
 }
 
 // Next returns the next event. It blocks until there is one, the watch ends
-// or ctx is done; see mirror.Watcher for the errors it returns.
-func (w *watcher[V]) Next(ctx context.Context) (mirror.Event[Object[V]], error) {
-	var zero mirror.Event[Object[V]]
+// or ctx is done; see source.Watcher for the errors it returns.
+func (w *watcher[V]) Next(ctx context.Context) (source.Event[Object[V]], error) {
+	var zero source.Event[Object[V]]
 	if w.err != nil {
 		return zero, w.err
 	}
@@ -285,8 +285,8 @@ func (w *watcher[V]) Next(ctx context.Context) (mirror.Event[Object[V]], error) 
 			if resp.IsProgressNotify() {
 				if w.bookmarks {
 					w.reached = resp.Header.Revision
-					return mirror.Event[Object[V]]{
-						Type:            mirror.EventBookmark,
+					return source.Event[Object[V]]{
+						Type:            source.Bookmark,
 						ResourceVersion: formatRev(resp.Header.Revision),
 					}, nil
 				}
@@ -306,7 +306,7 @@ func (w *watcher[V]) Next(ctx context.Context) (mirror.Event[Object[V]], error) 
 }
 
 // event converts one etcd event.
-func (w *watcher[V]) event(ev *clientv3.Event) mirror.Event[Object[V]] {
+func (w *watcher[V]) event(ev *clientv3.Event) source.Event[Object[V]] {
 	kv := ev.Kv
 	// The events of one transaction share a revision: format it once.
 	if kv.ModRevision != w.rev || w.rv == "" {
@@ -320,30 +320,30 @@ func (w *watcher[V]) event(ev *clientv3.Event) mirror.Event[Object[V]] {
 	if err != nil {
 		// etcd holds a value the mirror cannot represent: whatever the
 		// mirror holds for the key is out of date, and goes (see
-		// mirror.EventError).
-		return mirror.Event[Object[V]]{
-			Type:            mirror.EventError,
+		// source.Error).
+		return source.Event[Object[V]]{
+			Type:            source.Error,
 			Object:          Object[V]{Key: o.Key},
 			ResourceVersion: rv,
 			KeyOnly:         true,
 			Err:             err,
 		}
 	}
-	typ := mirror.EventModified
+	typ := source.Updated
 	if ev.IsCreate() {
-		typ = mirror.EventAdded
+		typ = source.Added
 	}
-	return mirror.Event[Object[V]]{Type: typ, Object: o, ResourceVersion: rv}
+	return source.Event[Object[V]]{Type: typ, Object: o, ResourceVersion: rv}
 }
 
-// deletion is the EventDeleted of key at rv. A deletion's Kv holds only
+// deletion is the source.Deleted of key at rv. A deletion's Kv holds only
 // the key and the deletion's revision: the last value comes from prev,
 // which etcd sends only with Options.PrevValues and only while it has that
 // revision. Without a previous value that decodes, the event carries the
 // key alone, marked KeyOnly, rather than a made-up state; it must not be
 // dropped, or a deleted key would stay in the mirror for good.
-func (w *watcher[V]) deletion(key []byte, prev *mvccpb.KeyValue, rv string) mirror.Event[Object[V]] {
-	ev := mirror.Event[Object[V]]{Type: mirror.EventDeleted, ResourceVersion: rv}
+func (w *watcher[V]) deletion(key []byte, prev *mvccpb.KeyValue, rv string) source.Event[Object[V]] {
+	ev := source.Event[Object[V]]{Type: source.Deleted, ResourceVersion: rv}
 	if prev != nil {
 		if o, err := w.lw.object(prev, w.lw.watchDecode); err == nil {
 			ev.Object = o
@@ -366,10 +366,10 @@ func (w *watcher[V]) name() string {
 
 // noAnswer is the error that ends a watch whose member did not answer in
 // time: what says what etcd did not do, and the client's connection adds
-// why, where it can tell (see diagnose). It wraps mirror.ErrUnavailable
+// why, where it can tell (see diagnose). It wraps source.ErrUnavailable
 // and cause, if not nil.
 func (w *watcher[V]) noAnswer(ctx context.Context, what string, cause error) error {
-	return fmt.Errorf("%s: %w: %w", w.name(), mirror.ErrUnavailable,
+	return fmt.Errorf("%s: %w: %w", w.name(), source.ErrUnavailable,
 		&noAnswerError{what: what, diagnosis: w.lw.diagnose(ctx), err: cause})
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -17,7 +18,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-func startFakeWatch(t *testing.T, fw *fakeWatcher, lwOpts Options, opts mirror.WatchOptions) mirror.Watcher[KV] {
+func startFakeWatch(t *testing.T, fw *fakeWatcher, lwOpts Options, opts source.WatchOptions) source.Watcher[KV] {
 	t.Helper()
 	lw := New(fakeClient(nil, fw), "/p/", lwOpts)
 	w, err := lw.Watch(t.Context(), opts)
@@ -28,13 +29,13 @@ func startFakeWatch(t *testing.T, fw *fakeWatcher, lwOpts Options, opts mirror.W
 
 // result is what one Next returned, and when.
 type result struct {
-	ev  mirror.Event[KV]
+	ev  source.Event[KV]
 	err error
 	at  time.Time
 }
 
 // drain calls w.Next until it fails, and sends what each call returned.
-func drain(t *testing.T, w mirror.Watcher[KV]) <-chan result {
+func drain(t *testing.T, w source.Watcher[KV]) <-chan result {
 	results := make(chan result, 16)
 	go func() {
 		for {
@@ -77,7 +78,7 @@ func TestWatcher_SilentMemberEndsWithUnavailableWithinTwoIntervals(t *testing.T)
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				fw := &fakeWatcher{}
-				w := startFakeWatch(t, fw, Options{ProgressInterval: interval}, mirror.WatchOptions{ResourceVersion: tc.rv})
+				w := startFakeWatch(t, fw, Options{ProgressInterval: interval}, source.WatchOptions{ResourceVersion: tc.rv})
 				last := time.Now() // etcd accepted the watch
 				results := drain(t, w)
 				tc.quiet(fw)
@@ -90,7 +91,7 @@ func TestWatcher_SilentMemberEndsWithUnavailableWithinTwoIntervals(t *testing.T)
 				}
 
 				r := <-results
-				require.ErrorIs(t, r.err, mirror.ErrUnavailable)
+				require.ErrorIs(t, r.err, source.ErrUnavailable)
 				silent := r.at.Sub(last)
 				assert.GreaterOrEqual(t, silent, 2*interval, "ends only after two intervals of silence")
 				assert.LessOrEqual(t, silent, 2*interval+interval/4, "ends within the documented bound")
@@ -108,7 +109,7 @@ func TestWatcher_SilentMemberEndsWithUnavailableWithinTwoIntervals(t *testing.T)
 func TestWatcher_AsksOnceSilentForAnIntervalAndAgainEveryQuarter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fw := &fakeWatcher{}
-		w := startFakeWatch(t, fw, Options{ProgressInterval: time.Second}, mirror.WatchOptions{})
+		w := startFakeWatch(t, fw, Options{ProgressInterval: time.Second}, source.WatchOptions{})
 		drain(t, w)
 		time.Sleep(time.Second - time.Millisecond)
 		synctest.Wait()
@@ -125,7 +126,7 @@ func TestWatcher_AsksOnceSilentForAnIntervalAndAgainEveryQuarter(t *testing.T) {
 func TestWatcher_NextNeverWaitsForAProgressRequest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fw := &fakeWatcher{}
-		w := startFakeWatch(t, fw, Options{ProgressInterval: time.Second}, mirror.WatchOptions{})
+		w := startFakeWatch(t, fw, Options{ProgressInterval: time.Second}, source.WatchOptions{})
 		fw.stall() // the client is reconnecting
 		results := drain(t, w)
 		time.Sleep(time.Second)
@@ -151,18 +152,18 @@ func TestWatcher_ProgressAnswersKeepWatchAliveAndBecomeBookmarks(t *testing.T) {
 	answer := func(ch chan<- clientv3.WatchResponse) { ch <- clientv3.WatchResponse{Header: header(9)} }
 	synctest.Test(t, func(t *testing.T) {
 		fw := &fakeWatcher{answer: answer}
-		w := startFakeWatch(t, fw, Options{ProgressInterval: time.Second}, mirror.WatchOptions{ResourceVersion: "5", AllowBookmarks: true})
+		w := startFakeWatch(t, fw, Options{ProgressInterval: time.Second}, source.WatchOptions{ResourceVersion: "5", AllowBookmarks: true})
 		for range 2 * silentSteps {
 			ev, err := w.Next(t.Context())
 			require.NoError(t, err)
-			assert.Equal(t, mirror.Event[KV]{Type: mirror.EventBookmark, ResourceVersion: "9"}, ev)
+			assert.Equal(t, source.Event[KV]{Type: source.Bookmark, ResourceVersion: "9"}, ev)
 		}
 		assert.True(t, fw.watch(0).op.IsProgressNotify(), "etcd's own notifications asked for")
 		assert.Equal(t, 1, fw.watchCount(), "a watch whose asks are answered is not started again")
 	})
 	synctest.Test(t, func(t *testing.T) {
 		fw := &fakeWatcher{answer: answer}
-		w := startFakeWatch(t, fw, Options{ProgressInterval: time.Second}, mirror.WatchOptions{ResourceVersion: "5"})
+		w := startFakeWatch(t, fw, Options{ProgressInterval: time.Second}, source.WatchOptions{ResourceVersion: "5"})
 		done := make(chan error, 1)
 		go func() {
 			_, err := w.Next(t.Context())
@@ -179,7 +180,7 @@ func TestWatcher_ProgressAnswersKeepWatchAliveAndBecomeBookmarks(t *testing.T) {
 func TestWatcher_ProgressOffNeverAsks(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fw := &fakeWatcher{}
-		w := startFakeWatch(t, fw, Options{ProgressInterval: -1}, mirror.WatchOptions{})
+		w := startFakeWatch(t, fw, Options{ProgressInterval: -1}, source.WatchOptions{})
 		ctx, cancel := context.WithTimeout(t.Context(), time.Hour)
 		defer cancel()
 		_, err := w.Next(ctx)
@@ -191,7 +192,7 @@ func TestWatcher_ProgressOffNeverAsks(t *testing.T) {
 func TestWatcher_StartsJustAfterListRevision(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fw := &fakeWatcher{}
-		w := startFakeWatch(t, fw, Options{}, mirror.WatchOptions{ResourceVersion: "5"})
+		w := startFakeWatch(t, fw, Options{}, source.WatchOptions{ResourceVersion: "5"})
 		wt := fw.watch(0)
 		assert.Equal(t, int64(6), wt.op.Rev())
 		assert.False(t, wt.op.IsPrevKV(), "previous values not asked for by default")
@@ -199,12 +200,12 @@ func TestWatcher_StartsJustAfterListRevision(t *testing.T) {
 		wt.ch <- clientv3.WatchResponse{Header: header(6), Events: []*clientv3.Event{put("/p/a", "y", 5, 6, 2)}}
 		ev, err := w.Next(t.Context())
 		require.NoError(t, err)
-		assert.Equal(t, mirror.EventModified, ev.Type)
+		assert.Equal(t, source.Updated, ev.Type)
 		assert.Equal(t, "6", ev.ResourceVersion)
 	})
 	synctest.Test(t, func(t *testing.T) {
 		fw := &fakeWatcher{}
-		startFakeWatch(t, fw, Options{}, mirror.WatchOptions{})
+		startFakeWatch(t, fw, Options{}, source.WatchOptions{})
 		assert.Zero(t, fw.watch(0).op.Rev(), "from now")
 	})
 }
@@ -212,9 +213,9 @@ func TestWatcher_StartsJustAfterListRevision(t *testing.T) {
 // restartAhead has w, a watch from revision 5 over fw, start again at 5,
 // as it does a quarter interval after its unanswered ask, itself after an
 // interval (of a second) with no answer.
-func restartAhead(t *testing.T, w mirror.Watcher[KV], fw *fakeWatcher) (next <-chan mirror.Event[KV], failed <-chan error) {
+func restartAhead(t *testing.T, w source.Watcher[KV], fw *fakeWatcher) (next <-chan source.Event[KV], failed <-chan error) {
 	t.Helper()
-	events, errs := make(chan mirror.Event[KV], 1), make(chan error, 1)
+	events, errs := make(chan source.Event[KV], 1), make(chan error, 1)
 	go func() {
 		ev, err := w.Next(t.Context())
 		if err != nil {
@@ -234,7 +235,7 @@ func restartAhead(t *testing.T, w mirror.Watcher[KV], fw *fakeWatcher) (next <-c
 func TestWatcher_UnansweredWatchAheadOfTheStoreStartsAgainAtListRevision(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fw := &fakeWatcher{}
-		w := startFakeWatch(t, fw, Options{ProgressInterval: time.Second}, mirror.WatchOptions{ResourceVersion: "5", AllowBookmarks: true})
+		w := startFakeWatch(t, fw, Options{ProgressInterval: time.Second}, source.WatchOptions{ResourceVersion: "5", AllowBookmarks: true})
 		events, _ := restartAhead(t, w, fw)
 		assert.Equal(t, 1, fw.progressRequests(), "asked once before starting again")
 
@@ -249,7 +250,7 @@ func TestWatcher_UnansweredWatchAheadOfTheStoreStartsAgainAtListRevision(t *test
 		for range 2 * silentSteps {
 			ev, err := w.Next(t.Context())
 			require.NoError(t, err)
-			assert.Equal(t, mirror.EventBookmark, ev.Type)
+			assert.Equal(t, source.Bookmark, ev.Type)
 		}
 		assert.Equal(t, 2, fw.watchCount())
 	})
@@ -258,7 +259,7 @@ func TestWatcher_UnansweredWatchAheadOfTheStoreStartsAgainAtListRevision(t *test
 func TestWatcher_CompactionOfOnlyTheRevisionBeforeStartsAgainJustAfterIt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fw := &fakeWatcher{}
-		w := startFakeWatch(t, fw, Options{ProgressInterval: time.Second}, mirror.WatchOptions{ResourceVersion: "5"})
+		w := startFakeWatch(t, fw, Options{ProgressInterval: time.Second}, source.WatchOptions{ResourceVersion: "5"})
 		events, _ := restartAhead(t, w, fw)
 		fw.watch(1).ch <- clientv3.WatchResponse{Header: header(9), CompactRevision: 6, Canceled: true}
 
@@ -267,16 +268,16 @@ func TestWatcher_CompactionOfOnlyTheRevisionBeforeStartsAgainJustAfterIt(t *test
 			fw.watch(2).ch <- clientv3.WatchResponse{Header: header(7), Events: []*clientv3.Event{put("/p/b", "x", 7, 7, 1)}}
 		}()
 		ev := <-events
-		assert.Equal(t, mirror.EventAdded, ev.Type)
+		assert.Equal(t, source.Added, ev.Type)
 		assert.Equal(t, int64(6), fw.watch(2).op.Rev())
 	})
 	synctest.Test(t, func(t *testing.T) {
 		fw := &fakeWatcher{}
-		w := startFakeWatch(t, fw, Options{ProgressInterval: time.Second}, mirror.WatchOptions{ResourceVersion: "5"})
+		w := startFakeWatch(t, fw, Options{ProgressInterval: time.Second}, source.WatchOptions{ResourceVersion: "5"})
 		_, errs := restartAhead(t, w, fw)
 		fw.watch(1).ch <- clientv3.WatchResponse{Header: header(9), CompactRevision: 7, Canceled: true}
 		err := <-errs
-		require.ErrorIs(t, err, mirror.ErrExpired)
+		require.ErrorIs(t, err, source.ErrExpired)
 		require.ErrorIs(t, err, rpctypes.ErrCompacted)
 	})
 }
@@ -284,7 +285,7 @@ func TestWatcher_CompactionOfOnlyTheRevisionBeforeStartsAgainJustAfterIt(t *test
 func TestWatcher_StartingAgainAfterCompactionEndsWithTheCallersContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fw := &fakeWatcher{}
-		w := startFakeWatch(t, fw, Options{ProgressInterval: time.Second}, mirror.WatchOptions{ResourceVersion: "5"})
+		w := startFakeWatch(t, fw, Options{ProgressInterval: time.Second}, source.WatchOptions{ResourceVersion: "5"})
 		ctx, cancel := context.WithCancel(t.Context())
 		errs := make(chan error, 1)
 		go func() {
@@ -309,14 +310,14 @@ func TestWatcher_CanceledWatchIsClassified(t *testing.T) {
 		reason string
 		want   error
 	}{
-		{rpctypes.ErrNoLeader.Error(), mirror.ErrUnavailable},
-		{rpctypes.ErrFutureRev.Error(), mirror.ErrTooLargeResourceVersion},
+		{rpctypes.ErrNoLeader.Error(), source.ErrUnavailable},
+		{rpctypes.ErrFutureRev.Error(), source.ErrTooLargeResourceVersion},
 		{rpctypes.ErrPermissionDenied.Error(), mirror.ErrPermanent},
 	} {
 		t.Run(tc.reason, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				fw := &fakeWatcher{}
-				w := startFakeWatch(t, fw, Options{}, mirror.WatchOptions{})
+				w := startFakeWatch(t, fw, Options{}, source.WatchOptions{})
 				fw.watch(0).ch <- clientv3.WatchResponse{Header: header(3), Canceled: true, CancelReason: tc.reason}
 				_, err := w.Next(t.Context())
 				require.ErrorIs(t, err, tc.want)
@@ -329,7 +330,7 @@ func TestWatcher_CanceledWatchIsClassified(t *testing.T) {
 func TestWatcher_ClosedChannelIsEOF(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fw := &fakeWatcher{}
-		w := startFakeWatch(t, fw, Options{}, mirror.WatchOptions{})
+		w := startFakeWatch(t, fw, Options{}, source.WatchOptions{})
 		close(fw.watch(0).ch)
 		_, err := w.Next(t.Context())
 		require.ErrorIs(t, err, io.EOF)
@@ -339,7 +340,7 @@ func TestWatcher_ClosedChannelIsEOF(t *testing.T) {
 func TestWatcher_StopDropsPendingEvents(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fw := &fakeWatcher{}
-		w := startFakeWatch(t, fw, Options{}, mirror.WatchOptions{})
+		w := startFakeWatch(t, fw, Options{}, source.WatchOptions{})
 		fw.watch(0).ch <- clientv3.WatchResponse{Header: header(3), Events: []*clientv3.Event{
 			put("/p/a", "x", 2, 2, 1), put("/p/b", "x", 3, 3, 1),
 		}}
@@ -354,14 +355,14 @@ func TestWatcher_StopDropsPendingEvents(t *testing.T) {
 func TestWatcher_TimeoutIsEOFAndCallerContextIsItsError(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fw := &fakeWatcher{}
-		w := startFakeWatch(t, fw, Options{ProgressInterval: -1}, mirror.WatchOptions{Timeout: time.Minute})
+		w := startFakeWatch(t, fw, Options{ProgressInterval: -1}, source.WatchOptions{Timeout: time.Minute})
 		_, err := w.Next(t.Context())
 		require.ErrorIs(t, err, io.EOF)
 	})
 	synctest.Test(t, func(t *testing.T) {
 		fw := &fakeWatcher{}
 		ctx, cancel := context.WithCancelCause(t.Context())
-		w, err := New(fakeClient(nil, fw), "/p/", Options{}).Watch(ctx, mirror.WatchOptions{})
+		w, err := New(fakeClient(nil, fw), "/p/", Options{}).Watch(ctx, source.WatchOptions{})
 		require.NoError(t, err)
 		defer w.Stop()
 		boom := errors.New("boom")
@@ -374,7 +375,7 @@ func TestWatcher_TimeoutIsEOFAndCallerContextIsItsError(t *testing.T) {
 func TestWatcher_EventsCarryTheirOwnRevision(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fw := &fakeWatcher{}
-		w := startFakeWatch(t, fw, Options{}, mirror.WatchOptions{})
+		w := startFakeWatch(t, fw, Options{}, source.WatchOptions{})
 		fw.watch(0).ch <- clientv3.WatchResponse{Header: header(8), Events: []*clientv3.Event{
 			put("/p/a", "x", 7, 7, 1), put("/p/b", "x", 7, 7, 1), put("/p/a", "y", 7, 8, 2),
 		}}
@@ -392,7 +393,7 @@ func TestWatcher_PrevValuesAsksEtcdForThem(t *testing.T) {
 	for _, prev := range []bool{false, true} {
 		synctest.Test(t, func(t *testing.T) {
 			fw := &fakeWatcher{}
-			startFakeWatch(t, fw, Options{PrevValues: prev}, mirror.WatchOptions{ResourceVersion: "5"})
+			startFakeWatch(t, fw, Options{PrevValues: prev}, source.WatchOptions{ResourceVersion: "5"})
 			assert.Equal(t, prev, fw.watch(0).op.IsPrevKV())
 		})
 	}
@@ -409,15 +410,15 @@ func prevKV(key, value string, create, mod, version int64) *mvccpb.KeyValue {
 func decodeInt(_ string, v []byte) (int, error) { return strconv.Atoi(string(v)) }
 
 func TestWatcher_DeletionCarriesTheDecodedPreviousValueOrIsKeyOnly(t *testing.T) {
-	keyOnly := mirror.Event[Object[int]]{Type: mirror.EventDeleted, ResourceVersion: "9", Object: Object[int]{Key: "/p/a"}, KeyOnly: true}
+	keyOnly := source.Event[Object[int]]{Type: source.Deleted, ResourceVersion: "9", Object: Object[int]{Key: "/p/a"}, KeyOnly: true}
 	for _, tc := range []struct {
 		name  string
 		event *clientv3.Event
-		want  mirror.Event[Object[int]]
+		want  source.Event[Object[int]]
 	}{
 		{"without a previous value", del("/p/a", 9, nil), keyOnly},
-		{"with a previous value", del("/p/a", 9, prevKV("/p/a", "7", 3, 4, 2)), mirror.Event[Object[int]]{
-			Type: mirror.EventDeleted, ResourceVersion: "9",
+		{"with a previous value", del("/p/a", 9, prevKV("/p/a", "7", 3, 4, 2)), source.Event[Object[int]]{
+			Type: source.Deleted, ResourceVersion: "9",
 			Object: Object[int]{Key: "/p/a", Value: 7, CreateRevision: 3, ModRevision: 4, Version: 2},
 		}},
 		{"whose previous value fails to decode", del("/p/a", 9, prevKV("/p/a", "bad", 3, 4, 2)), keyOnly},
@@ -426,7 +427,7 @@ func TestWatcher_DeletionCarriesTheDecodedPreviousValueOrIsKeyOnly(t *testing.T)
 			synctest.Test(t, func(t *testing.T) {
 				fw := &fakeWatcher{}
 				w, err := NewTyped(fakeClient(nil, fw), "/p/", decodeInt, Options{PrevValues: true}).
-					Watch(t.Context(), mirror.WatchOptions{ResourceVersion: "5"})
+					Watch(t.Context(), source.WatchOptions{ResourceVersion: "5"})
 				require.NoError(t, err)
 				defer w.Stop()
 				fw.watch(0).ch <- clientv3.WatchResponse{Header: header(9), Events: []*clientv3.Event{tc.event}}
@@ -450,7 +451,7 @@ func TestWatcher_PutThatFailsToDecodeIsOneKeyOnlyError(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				fw := &fakeWatcher{}
 				w, err := NewTyped(fakeClient(nil, fw), "/p/", decodeInt, Options{PrevValues: tc.prev != nil}).
-					Watch(t.Context(), mirror.WatchOptions{ResourceVersion: "5"})
+					Watch(t.Context(), source.WatchOptions{ResourceVersion: "5"})
 				require.NoError(t, err)
 				defer w.Stop()
 				bad := &clientv3.Event{Type: mvccpb.PUT, Kv: prevKV("/p/a", "bad", 3, 9, 3), PrevKv: tc.prev}
@@ -465,14 +466,14 @@ func TestWatcher_PutThatFailsToDecodeIsOneKeyOnlyError(t *testing.T) {
 				assert.Equal(t, "9", oe.ResourceVersion, "the put's revision")
 				assert.ErrorIs(t, oe, strconv.ErrSyntax, "the decoder's error")
 				ev.Err = nil
-				assert.Equal(t, mirror.Event[Object[int]]{
-					Type: mirror.EventError, ResourceVersion: "9", Object: Object[int]{Key: "/p/a"}, KeyOnly: true,
+				assert.Equal(t, source.Event[Object[int]]{
+					Type: source.Error, ResourceVersion: "9", Object: Object[int]{Key: "/p/a"}, KeyOnly: true,
 				}, ev, "the key alone, for the mirror to evict")
 
 				ev, err = w.Next(t.Context())
 				require.NoError(t, err)
-				assert.Equal(t, mirror.Event[Object[int]]{
-					Type: mirror.EventAdded, ResourceVersion: "10",
+				assert.Equal(t, source.Event[Object[int]]{
+					Type: source.Added, ResourceVersion: "10",
 					Object: Object[int]{Key: "/p/b", Value: 8, CreateRevision: 10, ModRevision: 10, Version: 1},
 				}, ev, "the next event follows, nothing in between")
 			})
@@ -487,7 +488,7 @@ func TestWatcher_PutThatFailsToDecodeIsOneKeyOnlyError(t *testing.T) {
 func TestWatcher_CompactionErrorNamesTheRevisionReachedAndTheCompaction(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fw := &fakeWatcher{}
-		w := startFakeWatch(t, fw, Options{}, mirror.WatchOptions{ResourceVersion: "51", AllowBookmarks: true})
+		w := startFakeWatch(t, fw, Options{}, source.WatchOptions{ResourceVersion: "51", AllowBookmarks: true})
 		wt := fw.watch(0)
 		wt.ch <- clientv3.WatchResponse{Header: header(60), Events: []*clientv3.Event{put("/p/a", "x", 60, 60, 1)}}
 		wt.ch <- clientv3.WatchResponse{Header: header(204)} // a progress notification
@@ -497,7 +498,7 @@ func TestWatcher_CompactionErrorNamesTheRevisionReachedAndTheCompaction(t *testi
 			require.NoError(t, err)
 		}
 		_, err := w.Next(t.Context())
-		require.ErrorIs(t, err, mirror.ErrExpired)
+		require.ErrorIs(t, err, source.ErrExpired)
 		require.ErrorIs(t, err, rpctypes.ErrCompacted)
 		assert.ErrorContains(t, err, `etcd: watch "/p/" from rev 52, reached rev 204: `)
 		assert.ErrorContains(t, err, "etcd compacted at rev 300")
@@ -521,10 +522,10 @@ func TestWatcher_SilentMemberErrorSaysEtcdDidNotAnswer(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				fw := &fakeWatcher{}
-				w := startFakeWatch(t, fw, Options{ProgressInterval: time.Second}, mirror.WatchOptions{ResourceVersion: tc.rv})
+				w := startFakeWatch(t, fw, Options{ProgressInterval: time.Second}, source.WatchOptions{ResourceVersion: tc.rv})
 				tc.quiet(fw)
 				_, err := w.Next(t.Context())
-				require.ErrorIs(t, err, mirror.ErrUnavailable)
+				require.ErrorIs(t, err, source.ErrUnavailable)
 				for _, want := range append([]string{"etcd did not answer for 2s", "no event, no answer to progress requests"}, tc.want...) {
 					assert.ErrorContains(t, err, want)
 				}

@@ -6,6 +6,7 @@ import (
 	"maps"
 
 	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 )
@@ -112,12 +113,12 @@ func (c *Compact[T]) Object() (T, error) {
 // func() *corev1.Pod { return new(corev1.Pod) }. An object that cannot
 // be encoded, or that transform fails on, is reported as an
 // *mirror.ObjectError and skipped.
-func CompactListWatcher[T ProtoObject](lw mirror.ListWatcher[T], newT func() T, transform mirror.TransformFunc[T]) mirror.ListWatcher[*Compact[T]] {
+func CompactListWatcher[T ProtoObject](lw source.ListWatcher[T], newT func() T, transform mirror.TransformFunc[T]) source.ListWatcher[*Compact[T]] {
 	return &compactLW[T]{lw: lw, newT: newT, transform: transform}
 }
 
 type compactLW[T ProtoObject] struct {
-	lw        mirror.ListWatcher[T]
+	lw        source.ListWatcher[T]
 	newT      func() T
 	transform mirror.TransformFunc[T]
 }
@@ -144,13 +145,13 @@ func (c *compactLW[T]) compact(obj T) (_ *Compact[T], err error) {
 
 // PrefersStreamingList passes on lw's preference, if it has one.
 func (c *compactLW[T]) PrefersStreamingList() bool {
-	p, ok := c.lw.(mirror.StreamingListPreferrer)
+	p, ok := c.lw.(source.StreamingListPreferrer)
 	return ok && p.PrefersStreamingList()
 }
 
-func (c *compactLW[T]) List(ctx context.Context, opts mirror.ListOptions) (mirror.ListResult[*Compact[T]], error) {
+func (c *compactLW[T]) List(ctx context.Context, opts source.ListOptions) (source.ListResult[*Compact[T]], error) {
 	res, err := c.lw.List(ctx, opts)
-	out := mirror.ListResult[*Compact[T]]{ResourceVersion: res.ResourceVersion, Continue: res.Continue, Skipped: res.Skipped}
+	out := source.ListResult[*Compact[T]]{ResourceVersion: res.ResourceVersion, Continue: res.Continue, Skipped: res.Skipped}
 	if err != nil {
 		return out, err
 	}
@@ -168,7 +169,7 @@ func (c *compactLW[T]) List(ctx context.Context, opts mirror.ListOptions) (mirro
 	return out, nil
 }
 
-func (c *compactLW[T]) Watch(ctx context.Context, opts mirror.WatchOptions) (mirror.Watcher[*Compact[T]], error) {
+func (c *compactLW[T]) Watch(ctx context.Context, opts source.WatchOptions) (source.Watcher[*Compact[T]], error) {
 	w, err := c.lw.Watch(ctx, opts)
 	if err != nil {
 		return nil, err
@@ -177,22 +178,22 @@ func (c *compactLW[T]) Watch(ctx context.Context, opts mirror.WatchOptions) (mir
 }
 
 type compactWatcher[T ProtoObject] struct {
-	w mirror.Watcher[T]
+	w source.Watcher[T]
 	c *compactLW[T]
 }
 
-func (w *compactWatcher[T]) Next(ctx context.Context) (mirror.Event[*Compact[T]], error) {
+func (w *compactWatcher[T]) Next(ctx context.Context) (source.Event[*Compact[T]], error) {
 	ev, err := w.w.Next(ctx)
-	out := mirror.Event[*Compact[T]]{Type: ev.Type, ResourceVersion: ev.ResourceVersion,
+	out := source.Event[*Compact[T]]{Type: ev.Type, ResourceVersion: ev.ResourceVersion,
 		InitialEventsEnd: ev.InitialEventsEnd, KeyOnly: ev.KeyOnly, Err: ev.Err}
-	if err != nil || ev.Type == mirror.EventBookmark || ev.Type == mirror.EventError {
+	if err != nil || ev.Type == source.Bookmark || ev.Type == source.Error {
 		return out, err
 	}
 	cobj, cerr := w.c.compact(ev.Object)
 	if cerr != nil {
 		// Reported, and the stream goes on, as for an object the
 		// client could not decode.
-		out.Type, out.Err = mirror.EventError, cerr
+		out.Type, out.Err = source.Error, cerr
 		return out, nil
 	}
 	out.Object = cobj
@@ -208,7 +209,7 @@ func (w *compactWatcher[T]) Stop() { w.w.Stop() }
 // IndexCompactByLabels under LabelIndex to opts.Indexers. Fields of opts
 // the caller set are kept, and so is an index of the caller's named
 // NamespaceIndex. Read an object with GetByKey and then Compact.Object.
-func NewCompactInformer[T ProtoObject](lw mirror.ListWatcher[*Compact[T]], opts mirror.InformerOptions[Key, *Compact[T]]) *mirror.Informer[Key, *Compact[T]] {
+func NewCompactInformer[T ProtoObject](lw source.ListWatcher[*Compact[T]], opts mirror.InformerOptions[Key, *Compact[T]]) *mirror.Informer[Key, *Compact[T]] {
 	if opts.KeyFunc == nil {
 		opts.KeyFunc = func(c *Compact[T]) (Key, error) { return c.key, nil }
 	}

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 )
@@ -13,10 +13,10 @@ import (
 // CompareVersions orders two resource versions of the ListWatcher's
 // resource, as k8s.io/apimachinery's resourceversion.CompareResourceVersion
 // does: positive decimal integers, a larger one newer, which Kubernetes
-// guarantees since 1.35 (KEP-5504). It implements mirror.VersionComparer,
+// guarantees since 1.35 (KEP-5504). It implements source.VersionComparer,
 // so that an informer can wait for a version
 // (mirror.Informer.WaitForVersion) and read consistently. A version that
-// is not well formed gets an error wrapping mirror.ErrInvalidVersion.
+// is not well formed gets an error wrapping source.ErrInvalidVersion.
 func (lw *ListWatcher[T]) CompareVersions(a, b string) (int, error) {
 	return compareResourceVersions(a, b)
 }
@@ -24,14 +24,14 @@ func (lw *ListWatcher[T]) CompareVersions(a, b string) (int, error) {
 func compareResourceVersions(a, b string) (int, error) {
 	c, err := resourceversion.CompareResourceVersion(a, b)
 	if err != nil {
-		return 0, fmt.Errorf("k8s: %w: %w", mirror.ErrInvalidVersion, err)
+		return 0, fmt.Errorf("k8s: %w: %w", source.ErrInvalidVersion, err)
 	}
 	return c, nil
 }
 
 // CurrentVersion returns the resource version of a consistent list of at
 // most one object: the cluster's current revision, no older than any write
-// that completed before the call. It implements mirror.CurrentVersioner.
+// that completed before the call. It implements source.CurrentVersioner.
 // Errors are classified as List's are.
 //
 // The kube-apiserver takes no progress requests, and a watch of a quiet
@@ -67,7 +67,7 @@ func (c *compactLW[T]) CompareVersions(a, b string) (int, error) {
 // compact one wraps; one that cannot say it gets an error wrapping
 // errors.ErrUnsupported.
 func (c *compactLW[T]) CurrentVersion(ctx context.Context) (string, error) {
-	cv, ok := c.lw.(mirror.CurrentVersioner)
+	cv, ok := c.lw.(source.CurrentVersioner)
 	if !ok {
 		return "", fmt.Errorf("k8s: compact: the wrapped ListWatcher cannot say its current version: %w", errors.ErrUnsupported)
 	}

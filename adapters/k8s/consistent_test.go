@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -35,7 +36,7 @@ func TestCurrentVersion_ClassifiesErrors(t *testing.T) {
 	}
 	lw := New[*corev1.Pod](list, nil, Options{})
 	_, err := lw.CurrentVersion(t.Context())
-	require.ErrorIs(t, err, mirror.ErrUnavailable)
+	require.ErrorIs(t, err, source.ErrUnavailable)
 
 	forbidden := func(context.Context, metav1.ListOptions) (*corev1.PodList, error) {
 		return nil, apierrors.NewForbidden(schema.GroupResource{Resource: "pods"}, "", errors.New("no"))
@@ -61,7 +62,7 @@ func TestCompareVersions_OrdersResourceVersionsOfOneResource(t *testing.T) {
 	}
 	for _, bad := range []string{"", "0", "007", "abc", "-1"} {
 		_, err := lw.CompareVersions(bad, "1")
-		require.ErrorIs(t, err, mirror.ErrInvalidVersion, "%q", bad)
+		require.ErrorIs(t, err, source.ErrInvalidVersion, "%q", bad)
 	}
 }
 
@@ -71,34 +72,34 @@ func TestCompactListWatcher_PassesOnTheVersionOrderAndTheCurrentVersion(t *testi
 	}
 	clw := CompactListWatcher(New[*corev1.Pod](list, nil, Options{}), func() *corev1.Pod { return new(corev1.Pod) }, nil)
 
-	cv, ok := clw.(mirror.CurrentVersioner)
+	cv, ok := clw.(source.CurrentVersioner)
 	require.True(t, ok, "a compact informer must serve consistent reads as a plain one does")
 	v, err := cv.CurrentVersion(t.Context())
 	require.NoError(t, err)
 	assert.Equal(t, "42", v)
 
-	vc, ok := clw.(mirror.VersionComparer)
+	vc, ok := clw.(source.VersionComparer)
 	require.True(t, ok)
 	c, err := vc.CompareVersions("9", "10")
 	require.NoError(t, err)
 	assert.Equal(t, -1, c)
 	_, err = vc.CompareVersions("abc", "1")
-	require.ErrorIs(t, err, mirror.ErrInvalidVersion)
+	require.ErrorIs(t, err, source.ErrInvalidVersion)
 }
 
 func TestCompactListWatcher_OverASourceWithoutACurrentVersionSaysUnsupported(t *testing.T) {
 	clw := CompactListWatcher[*corev1.Pod](plainLW{}, func() *corev1.Pod { return new(corev1.Pod) }, nil)
-	_, err := clw.(mirror.CurrentVersioner).CurrentVersion(t.Context())
+	_, err := clw.(source.CurrentVersioner).CurrentVersion(t.Context())
 	require.ErrorIs(t, err, errors.ErrUnsupported)
 }
 
 // plainLW is a ListWatcher with no optional capability.
 type plainLW struct{}
 
-func (plainLW) List(context.Context, mirror.ListOptions) (mirror.ListResult[*corev1.Pod], error) {
-	return mirror.ListResult[*corev1.Pod]{}, nil
+func (plainLW) List(context.Context, source.ListOptions) (source.ListResult[*corev1.Pod], error) {
+	return source.ListResult[*corev1.Pod]{}, nil
 }
 
-func (plainLW) Watch(context.Context, mirror.WatchOptions) (mirror.Watcher[*corev1.Pod], error) {
+func (plainLW) Watch(context.Context, source.WatchOptions) (source.Watcher[*corev1.Pod], error) {
 	return nil, errors.ErrUnsupported
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
@@ -23,12 +24,12 @@ func classify(ctx context.Context, err error) error {
 	case apierrors.IsResourceExpired(err), apierrors.IsGone(err):
 		// Servers before 1.18 said Gone where newer ones say Expired;
 		// both are HTTP 410.
-		return mirror.ErrExpired
+		return source.ErrExpired
 	case isTooLargeResourceVersion(err):
-		return mirror.ErrTooLargeResourceVersion
+		return source.ErrTooLargeResourceVersion
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		if ctx.Err() == nil {
-			return mirror.ErrUnavailable
+			return source.ErrUnavailable
 		}
 		return nil
 	case apierrors.IsTooManyRequests(err), apierrors.IsServiceUnavailable(err),
@@ -36,7 +37,7 @@ func classify(ctx context.Context, err error) error {
 		// Throttled, or the server (or its storage) did not answer in
 		// time: all pass, and the history after the last version seen is
 		// still there.
-		return mirror.ErrUnavailable
+		return source.ErrUnavailable
 	case apierrors.IsUnauthorized(err), apierrors.IsForbidden(err), isResourceNotFound(err):
 		// The credentials are refused or may not read these objects, or
 		// the server does not serve their type: asking again changes
@@ -48,7 +49,7 @@ func classify(ctx context.Context, err error) error {
 		switch status.Status().Code {
 		case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
 			// A proxy in front of the server lost it.
-			return mirror.ErrUnavailable
+			return source.ErrUnavailable
 		}
 		return nil
 	}
@@ -56,10 +57,10 @@ func classify(ctx context.Context, err error) error {
 	switch {
 	case utilnet.IsConnectionRefused(err), utilnet.IsConnectionReset(err),
 		utilnet.IsHTTP2ConnectionLost(err), utilnet.IsProbableEOF(err), utilnet.IsTimeout(err):
-		return mirror.ErrUnavailable
+		return source.ErrUnavailable
 	case errors.As(err, &opErr) && opErr.Op == "dial":
 		// No route, no such host: the server cannot be reached now.
-		return mirror.ErrUnavailable
+		return source.ErrUnavailable
 	}
 	return nil
 }

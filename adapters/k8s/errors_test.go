@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -59,22 +60,22 @@ func TestClassify_MapsKubernetesErrorsToMirrorKinds(t *testing.T) {
 		err  error
 		want error
 	}{
-		{"410 expired", live, apierrors.NewResourceExpired("too old resource version: 5 (10)"), mirror.ErrExpired},
-		{"410 gone", live, gone(), mirror.ErrExpired},
-		{"410 expired continue token", live, apierrors.NewResourceExpired("The provided continue parameter is too old"), mirror.ErrExpired},
-		{"too large resource version", live, tooLarge(), mirror.ErrTooLargeResourceVersion},
-		{"too large resource version, before 1.19", live, apierrors.NewTimeoutError("Too large resource version: 12, current: 10", 1), mirror.ErrTooLargeResourceVersion},
-		{"429", live, apierrors.NewTooManyRequests("slow down", 1), mirror.ErrUnavailable},
-		{"503", live, apierrors.NewServiceUnavailable("starting"), mirror.ErrUnavailable},
-		{"504 server timeout", live, apierrors.NewServerTimeout(pods, "list", 1), mirror.ErrUnavailable},
-		{"504 timeout", live, apierrors.NewTimeoutError("storage did not answer", 0), mirror.ErrUnavailable},
-		{"502 from a proxy", live, apierrors.NewGenericServerResponse(http.StatusBadGateway, "get", pods, "", "", 0, false), mirror.ErrUnavailable},
-		{"connection refused", live, netError("dial", syscall.ECONNREFUSED), mirror.ErrUnavailable},
-		{"connection reset", live, netError("read", syscall.ECONNRESET), mirror.ErrUnavailable},
-		{"no route", live, netError("dial", syscall.EHOSTUNREACH), mirror.ErrUnavailable},
-		{"unexpected EOF", live, &url.Error{Op: "Get", URL: "https://x", Err: io.ErrUnexpectedEOF}, mirror.ErrUnavailable},
-		{"http2 connection lost", live, errors.New("http2: client connection lost"), mirror.ErrUnavailable},
-		{"client timeout", live, &url.Error{Op: "Get", URL: "https://x", Err: context.DeadlineExceeded}, mirror.ErrUnavailable},
+		{"410 expired", live, apierrors.NewResourceExpired("too old resource version: 5 (10)"), source.ErrExpired},
+		{"410 gone", live, gone(), source.ErrExpired},
+		{"410 expired continue token", live, apierrors.NewResourceExpired("The provided continue parameter is too old"), source.ErrExpired},
+		{"too large resource version", live, tooLarge(), source.ErrTooLargeResourceVersion},
+		{"too large resource version, before 1.19", live, apierrors.NewTimeoutError("Too large resource version: 12, current: 10", 1), source.ErrTooLargeResourceVersion},
+		{"429", live, apierrors.NewTooManyRequests("slow down", 1), source.ErrUnavailable},
+		{"503", live, apierrors.NewServiceUnavailable("starting"), source.ErrUnavailable},
+		{"504 server timeout", live, apierrors.NewServerTimeout(pods, "list", 1), source.ErrUnavailable},
+		{"504 timeout", live, apierrors.NewTimeoutError("storage did not answer", 0), source.ErrUnavailable},
+		{"502 from a proxy", live, apierrors.NewGenericServerResponse(http.StatusBadGateway, "get", pods, "", "", 0, false), source.ErrUnavailable},
+		{"connection refused", live, netError("dial", syscall.ECONNREFUSED), source.ErrUnavailable},
+		{"connection reset", live, netError("read", syscall.ECONNRESET), source.ErrUnavailable},
+		{"no route", live, netError("dial", syscall.EHOSTUNREACH), source.ErrUnavailable},
+		{"unexpected EOF", live, &url.Error{Op: "Get", URL: "https://x", Err: io.ErrUnexpectedEOF}, source.ErrUnavailable},
+		{"http2 connection lost", live, errors.New("http2: client connection lost"), source.ErrUnavailable},
+		{"client timeout", live, &url.Error{Op: "Get", URL: "https://x", Err: context.DeadlineExceeded}, source.ErrUnavailable},
 		{"caller's deadline", done, context.DeadlineExceeded, nil},
 		{"caller canceled", done, &url.Error{Op: "Get", URL: "https://x", Err: context.Canceled}, nil},
 		{"500", live, apierrors.NewInternalError(errors.New("boom")), nil},
@@ -100,7 +101,7 @@ func TestClassify_MapsKubernetesErrorsToMirrorKinds(t *testing.T) {
 func TestWrapError_KeepsKindAndCauseVisible(t *testing.T) {
 	cause := apierrors.NewResourceExpired("too old resource version: 5 (10)")
 	err := wrapError(context.Background(), cause, "k8s: watch %s from resource version %q", "*v1.Pod", "5")
-	require.ErrorIs(t, err, mirror.ErrExpired)
+	require.ErrorIs(t, err, source.ErrExpired)
 	var status *apierrors.StatusError
 	require.ErrorAs(t, err, &status)
 	assert.Equal(t, cause, status)
@@ -153,29 +154,29 @@ func TestRefusals_WrapErrPermanentFromEveryRequest(t *testing.T) {
 	}{
 		{"List", func(t *testing.T, err *apierrors.StatusError) error {
 			f := &fakePods{lists: []fakeList{{err: err}}}
-			_, got := f.lw(Options{}).List(context.Background(), mirror.ListOptions{ResourceVersion: "0", Limit: 500})
+			_, got := f.lw(Options{}).List(context.Background(), source.ListOptions{ResourceVersion: "0", Limit: 500})
 			return got
 		}},
 		{"Watch", func(t *testing.T, err *apierrors.StatusError) error {
 			f := &fakePods{watches: []fakeWatch{{err: err}}}
-			_, got := f.lw(Options{}).Watch(context.Background(), mirror.WatchOptions{ResourceVersion: "5"})
+			_, got := f.lw(Options{}).Watch(context.Background(), source.WatchOptions{ResourceVersion: "5"})
 			return got
 		}},
 		{"Watch from now", func(t *testing.T, err *apierrors.StatusError) error {
 			f := &fakePods{lists: []fakeList{{err: err}}}
-			_, got := f.lw(Options{}).Watch(context.Background(), mirror.WatchOptions{})
+			_, got := f.lw(Options{}).Watch(context.Background(), source.WatchOptions{})
 			return got
 		}},
 		{"streaming list", func(t *testing.T, err *apierrors.StatusError) error {
 			f := &fakePods{watches: []fakeWatch{{err: err}}}
-			_, got := f.lw(Options{}).Watch(context.Background(), mirror.WatchOptions{SendInitialEvents: true})
+			_, got := f.lw(Options{}).Watch(context.Background(), source.WatchOptions{SendInitialEvents: true})
 			assert.NotErrorIs(t, got, errors.ErrUnsupported, "a refusal of the client is not one of streaming")
 			return got
 		}},
 		{"watch Error event", func(t *testing.T, err *apierrors.StatusError) error {
 			src := newFakeSource()
 			f := &fakePods{watches: []fakeWatch{{src: src}}}
-			w, werr := f.lw(Options{}).Watch(context.Background(), mirror.WatchOptions{ResourceVersion: "5"})
+			w, werr := f.lw(Options{}).Watch(context.Background(), source.WatchOptions{ResourceVersion: "5"})
 			require.NoError(t, werr)
 			defer w.Stop()
 			src.events <- watch.Event{Type: watch.Error, Object: &err.ErrStatus}
@@ -188,7 +189,7 @@ func TestRefusals_WrapErrPermanentFromEveryRequest(t *testing.T) {
 			t.Run(req.name+"/"+r.name, func(t *testing.T) {
 				err := req.do(t, r.err)
 				require.ErrorIs(t, err, mirror.ErrPermanent)
-				for _, kind := range []error{mirror.ErrExpired, mirror.ErrTooLargeResourceVersion, mirror.ErrUnavailable} {
+				for _, kind := range []error{source.ErrExpired, source.ErrTooLargeResourceVersion, source.ErrUnavailable} {
 					assert.NotErrorIs(t, err, kind)
 				}
 				var status *apierrors.StatusError

@@ -6,8 +6,8 @@ import (
 	"log"
 	"slices"
 
-	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/adapters/k8s"
+	"github.com/listwatch/mirror/source"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -22,7 +22,7 @@ import (
 func ExampleFactory() {
 	var clientset kubernetes.Interface = fake.NewClientset(
 		labelledPod("shop", "web-1", "web"), labelledPod("shop", "web-2", "web"), labelledPod("shop", "db-1", "db"))
-	newLW := func(ns string, o k8s.Options) mirror.ListWatcher[*corev1.Pod] {
+	newLW := func(ns string, o k8s.Options) source.ListWatcher[*corev1.Pod] {
 		pods := clientset.CoreV1().Pods(ns)
 		return k8s.New[*corev1.Pod](pods.List, pods.Watch, o)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -250,18 +251,18 @@ func (f *Factory) Len() int {
 // type T, made, the first time, over the ListWatcher newLW returns for the
 // request's namespace and options, typically:
 //
-//	func(ns string, o k8s.Options) mirror.ListWatcher[*corev1.Pod] {
+//	func(ns string, o k8s.Options) source.ListWatcher[*corev1.Pod] {
 //		pods := clientset.CoreV1().Pods(ns)
 //		return k8s.New[*corev1.Pod](pods.List, pods.Watch, o)
 //	}
 //
 // req.GVR names the resource; it must be set. The caller must Release the
 // handle.
-func Typed[T Object](f *Factory, req Request[T], newLW func(namespace string, opts Options) mirror.ListWatcher[T]) (*Handle[T], error) {
+func Typed[T Object](f *Factory, req Request[T], newLW func(namespace string, opts Options) source.ListWatcher[T]) (*Handle[T], error) {
 	if newLW == nil {
 		return nil, errors.New("k8s: Typed needs a ListWatcher constructor")
 	}
-	return acquire(f, "typed", req, func(o Options) mirror.ListWatcher[T] {
+	return acquire(f, "typed", req, func(o Options) source.ListWatcher[T] {
 		return newLW(req.Namespace, o)
 	})
 }
@@ -273,7 +274,7 @@ func Dynamic(f *Factory, req Request[*unstructured.Unstructured]) (*Handle[*unst
 	if f.opts.Dynamic == nil {
 		return nil, errors.New("k8s: Dynamic needs FactoryOptions.Dynamic")
 	}
-	return acquire(f, "dynamic", req, func(o Options) mirror.ListWatcher[*unstructured.Unstructured] {
+	return acquire(f, "dynamic", req, func(o Options) source.ListWatcher[*unstructured.Unstructured] {
 		return NewDynamic(f.opts.Dynamic.Resource(req.GVR).Namespace(req.Namespace), o)
 	})
 }
@@ -288,14 +289,14 @@ func Metadata(f *Factory, req Request[*metav1.PartialObjectMetadata]) (*Handle[*
 	if f.opts.Metadata == nil {
 		return nil, errors.New("k8s: Metadata needs FactoryOptions.Metadata")
 	}
-	return acquire(f, "metadata", req, func(o Options) mirror.ListWatcher[*metav1.PartialObjectMetadata] {
+	return acquire(f, "metadata", req, func(o Options) source.ListWatcher[*metav1.PartialObjectMetadata] {
 		return NewMetadata(f.opts.Metadata, req.GVR, req.Namespace, o)
 	})
 }
 
 // acquire returns a handle on the informer for req, making it if there is
 // none.
-func acquire[T Object](f *Factory, kind string, req Request[T], newLW func(Options) mirror.ListWatcher[T]) (*Handle[T], error) {
+func acquire[T Object](f *Factory, kind string, req Request[T], newLW func(Options) source.ListWatcher[T]) (*Handle[T], error) {
 	if req.GVR.Resource == "" {
 		return nil, errors.New("k8s: a factory request needs its GVR's Resource")
 	}
@@ -331,7 +332,7 @@ func acquire[T Object](f *Factory, kind string, req Request[T], newLW func(Optio
 }
 
 // newFactoryInformer makes the informer of an entry.
-func newFactoryInformer[T Object](f *Factory, e *entry, req Request[T], newLW func(Options) mirror.ListWatcher[T]) *mirror.Informer[Key, T] {
+func newFactoryInformer[T Object](f *Factory, e *entry, req Request[T], newLW func(Options) source.ListWatcher[T]) *mirror.Informer[Key, T] {
 	lw := newLW(Options{LabelSelector: req.LabelSelector, FieldSelector: req.FieldSelector,
 		NoStreamingList: f.opts.NoStreamingList})
 	transform := req.Transform
@@ -341,7 +342,7 @@ func newFactoryInformer[T Object](f *Factory, e *entry, req Request[T], newLW fu
 	// The informer sees lw through goneListWatcher, which hides lw's
 	// version order unless it is passed on.
 	var compare func(a, b string) (int, error)
-	if c, ok := lw.(mirror.VersionComparer); ok {
+	if c, ok := lw.(source.VersionComparer); ok {
 		compare = c.CompareVersions
 	}
 	var inf *mirror.Informer[Key, T]

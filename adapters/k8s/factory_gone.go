@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 )
 
 // A resource that goes away after its informer synced — a custom
@@ -75,15 +75,15 @@ func (g *goneState) observe(err error, synced bool, every time.Duration) (change
 
 // goneLW is a ListWatcher that keeps track of its resource going away.
 type goneLW[T Object] struct {
-	lw     mirror.ListWatcher[T]
+	lw     source.ListWatcher[T]
 	e      *entry
 	synced func() bool
 }
 
 // goneListWatcher returns lw watched for its resource going away, for e.
-func goneListWatcher[T Object](lw mirror.ListWatcher[T], e *entry, synced func() bool) mirror.ListWatcher[T] {
+func goneListWatcher[T Object](lw source.ListWatcher[T], e *entry, synced func() bool) source.ListWatcher[T] {
 	g := &goneLW[T]{lw: lw, e: e, synced: synced}
-	if p, ok := lw.(mirror.StreamingListPreferrer); ok {
+	if p, ok := lw.(source.StreamingListPreferrer); ok {
 		return &goneStreamingLW[T]{goneLW: g, p: p}
 	}
 	return g
@@ -91,9 +91,9 @@ func goneListWatcher[T Object](lw mirror.ListWatcher[T], e *entry, synced func()
 
 // List lists through the ListWatcher, after GoneRetry if the resource is
 // gone.
-func (g *goneLW[T]) List(ctx context.Context, opts mirror.ListOptions) (mirror.ListResult[T], error) {
+func (g *goneLW[T]) List(ctx context.Context, opts source.ListOptions) (source.ListResult[T], error) {
 	if err := g.e.gone.wait(ctx, g.e.f.opts.GoneRetry); err != nil {
-		return mirror.ListResult[T]{}, err
+		return source.ListResult[T]{}, err
 	}
 	res, err := g.lw.List(ctx, opts)
 	g.observe(err)
@@ -102,7 +102,7 @@ func (g *goneLW[T]) List(ctx context.Context, opts mirror.ListOptions) (mirror.L
 
 // Watch watches through the ListWatcher, after GoneRetry if the resource
 // is gone.
-func (g *goneLW[T]) Watch(ctx context.Context, opts mirror.WatchOptions) (mirror.Watcher[T], error) {
+func (g *goneLW[T]) Watch(ctx context.Context, opts source.WatchOptions) (source.Watcher[T], error) {
 	if err := g.e.gone.wait(ctx, g.e.f.opts.GoneRetry); err != nil {
 		return nil, err
 	}
@@ -128,7 +128,7 @@ func (g *goneLW[T]) observe(err error) {
 // streaming lists, and says so.
 type goneStreamingLW[T Object] struct {
 	*goneLW[T]
-	p mirror.StreamingListPreferrer
+	p source.StreamingListPreferrer
 }
 
 func (g *goneStreamingLW[T]) PrefersStreamingList() bool { return g.p.PrefersStreamingList() }
@@ -139,7 +139,7 @@ func (g *goneStreamingLW[T]) PrefersStreamingList() bool { return g.p.PrefersStr
 // would. The version order goes to the informer by
 // InformerOptions.CompareVersions (see newFactoryInformer).
 func (g *goneLW[T]) CurrentVersion(ctx context.Context) (string, error) {
-	cv, ok := g.lw.(mirror.CurrentVersioner)
+	cv, ok := g.lw.(source.CurrentVersioner)
 	if !ok {
 		return "", fmt.Errorf("k8s: %s: the ListWatcher cannot say its current version: %w", g.e.key.res, errors.ErrUnsupported)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/memsource"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -31,19 +32,19 @@ type countingLW struct {
 	requests atomic.Int64
 }
 
-func (c *countingLW) List(ctx context.Context, o mirror.ListOptions) (mirror.ListResult[*corev1.Pod], error) {
+func (c *countingLW) List(ctx context.Context, o source.ListOptions) (source.ListResult[*corev1.Pod], error) {
 	c.requests.Add(1)
 	return c.Source.List(ctx, o)
 }
 
-func (c *countingLW) Watch(ctx context.Context, o mirror.WatchOptions) (mirror.Watcher[*corev1.Pod], error) {
+func (c *countingLW) Watch(ctx context.Context, o source.WatchOptions) (source.Watcher[*corev1.Pod], error) {
 	c.requests.Add(1)
 	return c.Source.Watch(ctx, o)
 }
 
 // podSource returns a source of Pods and a constructor for Typed that
 // counts the ListWatchers made, with the namespaces they were made for.
-func podSource(t *testing.T, pods ...*corev1.Pod) (*countingLW, func(string, Options) mirror.ListWatcher[*corev1.Pod], *atomic.Int64) {
+func podSource(t *testing.T, pods ...*corev1.Pod) (*countingLW, func(string, Options) source.ListWatcher[*corev1.Pod], *atomic.Int64) {
 	t.Helper()
 	src := &countingLW{Source: memsource.New(StringKeyOf[*corev1.Pod], memsource.Options{})}
 	for _, p := range pods {
@@ -51,7 +52,7 @@ func podSource(t *testing.T, pods ...*corev1.Pod) (*countingLW, func(string, Opt
 		require.NoError(t, err)
 	}
 	var made atomic.Int64
-	return src, func(string, Options) mirror.ListWatcher[*corev1.Pod] {
+	return src, func(string, Options) source.ListWatcher[*corev1.Pod] {
 		made.Add(1)
 		return src
 	}, &made
@@ -315,7 +316,7 @@ func TestFactory_ConcurrentRequestsShareOneInformer(t *testing.T) {
 
 // bareLW hides every optional interface of the ListWatcher it holds.
 type bareLW struct {
-	mirror.ListWatcher[*corev1.Pod]
+	source.ListWatcher[*corev1.Pod]
 }
 
 // A factory's informer can wait for a version and read consistently when
@@ -334,7 +335,7 @@ func TestFactory_InformerWaitsForVersionAndReadsConsistentlyIfItsSourceCan(t *te
 			synctest.Test(t, func(t *testing.T) {
 				src, newLW, _ := podSource(t, labelled("a", "p", nil))
 				if tc.bare {
-					newLW = func(string, Options) mirror.ListWatcher[*corev1.Pod] { return bareLW{src} }
+					newLW = func(string, Options) source.ListWatcher[*corev1.Pod] { return bareLW{src} }
 				}
 				f := quietFactory(FactoryOptions{})
 				ctx, cancel := context.WithCancel(context.Background())
@@ -383,12 +384,12 @@ func TestFactory_InformerWaitsForVersionAndReadsConsistentlyIfItsSourceCan(t *te
 // stuckLW is a ListWatcher whose lists never end: its informer never
 // syncs.
 type stuckLW struct {
-	mirror.ListWatcher[*corev1.Pod]
+	source.ListWatcher[*corev1.Pod]
 }
 
-func (stuckLW) List(ctx context.Context, _ mirror.ListOptions) (mirror.ListResult[*corev1.Pod], error) {
+func (stuckLW) List(ctx context.Context, _ source.ListOptions) (source.ListResult[*corev1.Pod], error) {
 	<-ctx.Done()
-	return mirror.ListResult[*corev1.Pod]{}, ctx.Err()
+	return source.ListResult[*corev1.Pod]{}, ctx.Err()
 }
 
 // A WaitForSync already waiting on a handle when the handle is released
@@ -409,7 +410,7 @@ func TestHandle_WaitForSyncInProgressReturnsErrReleasedOnRelease(t *testing.T) {
 				defer cancel()
 				f.Start(ctx)
 				req := Request[*corev1.Pod]{Resource: Resource{GVR: podsGVR}}
-				newLW := func(string, Options) mirror.ListWatcher[*corev1.Pod] { return stuckLW{} }
+				newLW := func(string, Options) source.ListWatcher[*corev1.Pod] { return stuckLW{} }
 				h, err := Typed(f, req, newLW)
 				require.NoError(t, err)
 				for range tc.others {

@@ -4,6 +4,7 @@ import (
 	"maps"
 
 	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 )
 
 // InformerOptions configures an informer of Kubernetes objects: it is
@@ -35,7 +36,7 @@ type InformerOptions[T Object] = mirror.InformerOptions[Key, T]
 // is not modified. Every other field of opts (handlers' resync period,
 // queue, transform, error handler, Reflector options) is passed on
 // unchanged. Run the informer with its Run method.
-func NewInformer[T Object](lw mirror.ListWatcher[T], opts InformerOptions[T]) *mirror.Informer[Key, T] {
+func NewInformer[T Object](lw source.ListWatcher[T], opts InformerOptions[T]) *mirror.Informer[Key, T] {
 	if opts.KeyFunc == nil {
 		opts.KeyFunc = KeyOf[T]
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/adapters/k8s"
 	"github.com/listwatch/mirror/memsource"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -73,7 +74,7 @@ func relistAfterCut(t *testing.T, opts k8s.InformerOptions[*corev1.Pod]) (*mirro
 
 	// Every list and watch fails until the changes are made and
 	// compacted: the informer can learn of them only by a relist.
-	src.FailNext(1<<30, fmt.Errorf("cut: %w", mirror.ErrUnavailable))
+	src.FailNext(1<<30, fmt.Errorf("cut: %w", source.ErrUnavailable))
 	src.CutWatches()
 	put("b", "v2", "b-1")
 	_, ok := src.Delete("shop/c")

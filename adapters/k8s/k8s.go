@@ -1,4 +1,4 @@
-// Package k8s adapts Kubernetes clients to mirror.ListWatcher, so that a
+// Package k8s adapts Kubernetes clients to source.ListWatcher, so that a
 // mirror.Informer keeps a typed, indexed cache of Kubernetes objects:
 // *corev1.Pod rather than interface{}, tombstones of the same type, and
 // keys that are comparable structs instead of "namespace/name" strings.
@@ -21,9 +21,9 @@
 // a resource version asks for a state not older than that version.
 // Watches ask for bookmarks and a server-side timeout. The server's errors
 // are classified for the Reflector: 410 Gone and Expired wrap
-// mirror.ErrExpired, "too large resource version" wraps
-// mirror.ErrTooLargeResourceVersion, 429, 503, 504, refused or lost
-// connections wrap mirror.ErrUnavailable, and 401 Unauthorized, 403
+// source.ErrExpired, "too large resource version" wraps
+// source.ErrTooLargeResourceVersion, 429, 503, 504, refused or lost
+// connections wrap source.ErrUnavailable, and 401 Unauthorized, 403
 // Forbidden and a 404 for the resource type (a custom resource whose
 // definition is missing) wrap mirror.ErrPermanent, so that an informer
 // that cannot sync says so instead of waiting. The original error stays
@@ -38,6 +38,7 @@ import (
 	"strings"
 
 	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -89,7 +90,7 @@ type Options struct {
 
 // ListWatcher lists and watches Kubernetes objects of type T through a
 // client's list and watch functions. *ListWatcher[T] implements
-// mirror.ListWatcher[T]. It is safe for concurrent use if the client is
+// source.ListWatcher[T]. It is safe for concurrent use if the client is
 // (client-go's clients are); it holds no resources of its own, and every
 // Watcher it returns ends with its context or its Stop.
 type ListWatcher[T Object] struct {
@@ -106,8 +107,8 @@ type ListWatcher[T Object] struct {
 }
 
 var (
-	_ mirror.ListWatcher[*unstructured.Unstructured] = (*ListWatcher[*unstructured.Unstructured])(nil)
-	_ mirror.StreamingListPreferrer                  = (*ListWatcher[*unstructured.Unstructured])(nil)
+	_ source.ListWatcher[*unstructured.Unstructured] = (*ListWatcher[*unstructured.Unstructured])(nil)
+	_ source.StreamingListPreferrer                  = (*ListWatcher[*unstructured.Unstructured])(nil)
 )
 
 // New returns a ListWatcher of the objects that list and watch return,
@@ -221,7 +222,7 @@ func joinSelectors(label, field string) string {
 // objects by a streaming list (a watch with sendInitialEvents) rather than
 // by paged lists: true unless Options.NoStreamingList is set or the client
 // said it cannot stream lists (see FromListerWatcher). It makes
-// *ListWatcher[T] a mirror.StreamingListPreferrer, so an informer streams
+// *ListWatcher[T] a source.StreamingListPreferrer, so an informer streams
 // its lists without ListWatchOptions.StreamingList, as client-go's
 // informers do since 1.35; a server that refuses them makes the informer
 // list instead, from then on.

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -17,18 +17,18 @@ import (
 // "" asks for the newest state, read consistently; "0" for any state the
 // server has at hand (its watch cache), which may be stale; any other
 // version for a state not older than it, which fails with an error
-// wrapping mirror.ErrTooLargeResourceVersion if the server has not reached
+// wrapping source.ErrTooLargeResourceVersion if the server has not reached
 // it. Later pages (opts.Continue) are at the first page's version; one
 // whose version the server has compacted away meanwhile fails with an
-// error wrapping mirror.ErrExpired. opts.Limit is the page size (0: one
+// error wrapping source.ErrExpired. opts.Limit is the page size (0: one
 // page); servers ignore it when they serve "0" from their watch cache.
 //
 // An item that is not a T is left out of Items and reported in Skipped as
-// an *mirror.ObjectError. Errors are classified with mirror.ErrExpired,
-// mirror.ErrTooLargeResourceVersion, mirror.ErrUnavailable and
+// an *mirror.ObjectError. Errors are classified with source.ErrExpired,
+// source.ErrTooLargeResourceVersion, source.ErrUnavailable and
 // mirror.ErrPermanent where one applies, and wrap the client's error too.
-func (lw *ListWatcher[T]) List(ctx context.Context, opts mirror.ListOptions) (mirror.ListResult[T], error) {
-	var res mirror.ListResult[T]
+func (lw *ListWatcher[T]) List(ctx context.Context, opts source.ListOptions) (source.ListResult[T], error) {
+	var res source.ListResult[T]
 	o := lw.listOptions()
 	o.Limit = opts.Limit
 	if opts.Continue != "" {
@@ -71,7 +71,7 @@ func (lw *ListWatcher[T]) List(ctx context.Context, opts mirror.ListOptions) (mi
 		return nil
 	})
 	if err != nil {
-		return mirror.ListResult[T]{}, fmt.Errorf("k8s: list %s: %w", lw.what, err)
+		return source.ListResult[T]{}, fmt.Errorf("k8s: list %s: %w", lw.what, err)
 	}
 	return res, nil
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -17,18 +18,18 @@ import (
 func TestList_AsksForTheVersionLimitAndContinueTheCallerMeans(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		opts mirror.ListOptions
+		opts source.ListOptions
 		want metav1.ListOptions
 	}{
-		{"newest, consistent", mirror.ListOptions{Limit: 500},
+		{"newest, consistent", source.ListOptions{Limit: 500},
 			metav1.ListOptions{Limit: 500}},
-		{"any", mirror.ListOptions{ResourceVersion: "0", Limit: 500},
+		{"any", source.ListOptions{ResourceVersion: "0", Limit: 500},
 			metav1.ListOptions{ResourceVersion: "0", Limit: 500}},
-		{"not older than", mirror.ListOptions{ResourceVersion: "42", Limit: 500},
+		{"not older than", source.ListOptions{ResourceVersion: "42", Limit: 500},
 			metav1.ListOptions{ResourceVersion: "42", ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan, Limit: 500}},
-		{"not older than, one page", mirror.ListOptions{ResourceVersion: "42"},
+		{"not older than, one page", source.ListOptions{ResourceVersion: "42"},
 			metav1.ListOptions{ResourceVersion: "42", ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan}},
-		{"next page: the token fixes the version", mirror.ListOptions{ResourceVersion: "42", Limit: 500, Continue: "tok"},
+		{"next page: the token fixes the version", source.ListOptions{ResourceVersion: "42", Limit: 500, Continue: "tok"},
 			metav1.ListOptions{Continue: "tok", Limit: 500}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -43,9 +44,9 @@ func TestList_AsksForTheVersionLimitAndContinueTheCallerMeans(t *testing.T) {
 func TestList_PassesSelectorsOnEveryPage(t *testing.T) {
 	f := &fakePods{lists: []fakeList{{list: podList("50", "tok")}, {list: podList("50", "")}}}
 	lw := f.lw(Options{LabelSelector: "app=web", FieldSelector: "spec.nodeName=n1"})
-	_, err := lw.List(context.Background(), mirror.ListOptions{Limit: 1})
+	_, err := lw.List(context.Background(), source.ListOptions{Limit: 1})
 	require.NoError(t, err)
-	_, err = lw.List(context.Background(), mirror.ListOptions{Limit: 1, Continue: "tok"})
+	_, err = lw.List(context.Background(), source.ListOptions{Limit: 1, Continue: "tok"})
 	require.NoError(t, err)
 	for _, o := range f.listOpts {
 		assert.Equal(t, "app=web", o.LabelSelector)
@@ -56,7 +57,7 @@ func TestList_PassesSelectorsOnEveryPage(t *testing.T) {
 func TestList_ReturnsTypedItemsWithTheListsVersionAndContinue(t *testing.T) {
 	list := podList("50", "next", pod("a", "p1", "10"), pod("b", "p2", "20"))
 	f := &fakePods{lists: []fakeList{{list: list}}}
-	res, err := f.lw(Options{}).List(context.Background(), mirror.ListOptions{Limit: 2})
+	res, err := f.lw(Options{}).List(context.Background(), source.ListOptions{Limit: 2})
 	require.NoError(t, err)
 	assert.Equal(t, "50", res.ResourceVersion)
 	assert.Equal(t, "next", res.Continue)
@@ -77,7 +78,7 @@ func TestList_ItemOfAnotherTypeIsSkippedWithItsKeyAndTheRestKept(t *testing.T) {
 	lw := FromListerWatcher[*corev1.Pod](&cache.ListWatch{
 		ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) { return mixed, nil },
 	}, Options{})
-	res, err := lw.List(context.Background(), mirror.ListOptions{})
+	res, err := lw.List(context.Background(), source.ListOptions{})
 	require.NoError(t, err)
 	require.Len(t, res.Items, 2)
 	assert.Equal(t, "p1", res.Items[0].Name)
@@ -91,14 +92,14 @@ func TestList_ItemOfAnotherTypeIsSkippedWithItsKeyAndTheRestKept(t *testing.T) {
 
 func TestList_ErrorsKeepTheStatusAndTheirKind(t *testing.T) {
 	f := &fakePods{lists: []fakeList{{err: apierrors.NewResourceExpired("too old")}}}
-	_, err := f.lw(Options{}).List(context.Background(), mirror.ListOptions{ResourceVersion: "7"})
-	require.ErrorIs(t, err, mirror.ErrExpired)
+	_, err := f.lw(Options{}).List(context.Background(), source.ListOptions{ResourceVersion: "7"})
+	require.ErrorIs(t, err, source.ErrExpired)
 	assert.True(t, apierrors.IsResourceExpired(err))
 	assert.Contains(t, err.Error(), `*v1.Pod at resource version "7"`)
 }
 
 func TestList_NilListWithoutErrorIsAnError(t *testing.T) {
 	f := &fakePods{lists: []fakeList{{}}}
-	_, err := f.lw(Options{}).List(context.Background(), mirror.ListOptions{})
+	_, err := f.lw(Options{}).List(context.Background(), source.ListOptions{})
 	require.Error(t, err)
 }

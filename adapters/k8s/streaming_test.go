@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -51,7 +52,7 @@ func TestPrefersStreamingList_UnlessTurnedOffOrTheClientCannot(t *testing.T) {
 			FromListerWatcher[*corev1.Pod](cache.ToListWatcherWithWatchListSemantics(listWatch(), fake.NewClientset()), Options{}), false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var p mirror.StreamingListPreferrer = tc.lw
+			var p source.StreamingListPreferrer = tc.lw
 			assert.Equal(t, tc.want, p.PrefersStreamingList())
 		})
 	}
@@ -65,7 +66,7 @@ func TestWatch_StreamingListFromAClientThatCannotIsUnsupportedWithoutARequest(t 
 		},
 		WatchFuncWithContext: f.Watch,
 	}, streamingClient{unsupported: true}), Options{})
-	_, err := lw.Watch(context.Background(), mirror.WatchOptions{SendInitialEvents: true})
+	_, err := lw.Watch(context.Background(), source.WatchOptions{SendInitialEvents: true})
 	require.ErrorIs(t, err, errors.ErrUnsupported)
 	assert.Empty(t, f.watchOpts)
 	assert.Empty(t, f.listOpts)

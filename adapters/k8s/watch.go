@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,15 +33,15 @@ import (
 // FromListerWatcher), makes Watch fail with an error wrapping
 // errors.ErrUnsupported.
 //
-// With opts.AllowBookmarks the server's bookmarks become EventBookmark
+// With opts.AllowBookmarks the server's bookmarks become source.Bookmark
 // events. opts.Timeout, rounded up to whole seconds, asks the server to end
 // the stream after that long; it then ends with io.EOF.
 //
 // Every event's ResourceVersion is its object's. An object that is not a T
-// becomes an EventError with an *mirror.ObjectError, and the stream goes
+// becomes an source.Error with an *mirror.ObjectError, and the stream goes
 // on. A watch Error event from the server ends the stream with its status
 // as an *apierrors.StatusError, classified like the errors of List: a
-// version too old for the server wraps mirror.ErrExpired. client-go ends a
+// version too old for the server wraps source.ErrExpired. client-go ends a
 // stream whose connection broke with an end of file, a reset or a timeout
 // without saying so, and the adapter cannot tell that from the server's
 // timeout: both end with io.EOF, and the next Watch reports what is wrong.
@@ -48,7 +49,7 @@ import (
 // a 500 with the cause ClientWatchDecoding, which ends the stream as an
 // *apierrors.StatusError of no mirror kind: the informer relists, as
 // client-go's does.
-func (lw *ListWatcher[T]) Watch(ctx context.Context, opts mirror.WatchOptions) (mirror.Watcher[T], error) {
+func (lw *ListWatcher[T]) Watch(ctx context.Context, opts source.WatchOptions) (source.Watcher[T], error) {
 	o := lw.listOptions()
 	o.Watch = true
 	o.AllowWatchBookmarks = opts.AllowBookmarks
@@ -169,9 +170,9 @@ type watcher[T Object] struct {
 }
 
 // Next returns the next event. It blocks until there is one, the watch ends
-// or ctx is done; see mirror.Watcher for the errors it returns.
-func (w *watcher[T]) Next(ctx context.Context) (mirror.Event[T], error) {
-	var zero mirror.Event[T]
+// or ctx is done; see source.Watcher for the errors it returns.
+func (w *watcher[T]) Next(ctx context.Context) (source.Event[T], error) {
+	var zero source.Event[T]
 	if w.err != nil {
 		return zero, w.err
 	}
@@ -201,31 +202,31 @@ func (w *watcher[T]) Next(ctx context.Context) (mirror.Event[T], error) {
 
 // event converts one client-go event. pass is false for an event the
 // caller did not ask for (a bookmark); err ends the stream.
-func (w *watcher[T]) event(ev watch.Event) (out mirror.Event[T], pass bool, err error) {
+func (w *watcher[T]) event(ev watch.Event) (out source.Event[T], pass bool, err error) {
 	switch ev.Type {
 	case watch.Added, watch.Modified, watch.Deleted:
 		obj, err := w.lw.object(ev.Object, "")
 		if err != nil {
-			return mirror.Event[T]{Type: mirror.EventError, Err: err}, true, nil
+			return source.Event[T]{Type: source.Error, Err: err}, true, nil
 		}
-		out = mirror.Event[T]{Object: obj, ResourceVersion: obj.GetResourceVersion()}
+		out = source.Event[T]{Object: obj, ResourceVersion: obj.GetResourceVersion()}
 		switch ev.Type {
 		case watch.Added:
-			out.Type = mirror.EventAdded
+			out.Type = source.Added
 		case watch.Modified:
-			out.Type = mirror.EventModified
+			out.Type = source.Updated
 		default:
-			out.Type = mirror.EventDeleted
+			out.Type = source.Deleted
 		}
 		return out, true, nil
 	case watch.Bookmark:
 		m, ok := ev.Object.(metav1.Object)
 		if !ok || isNil(m) {
 			err := &mirror.ObjectError{Err: fmt.Errorf("k8s: bookmark without metadata: %T", ev.Object)}
-			return mirror.Event[T]{Type: mirror.EventError, Err: err}, true, nil
+			return source.Event[T]{Type: source.Error, Err: err}, true, nil
 		}
 		end := w.initial && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true"
-		out = mirror.Event[T]{Type: mirror.EventBookmark, ResourceVersion: m.GetResourceVersion(), InitialEventsEnd: end}
+		out = source.Event[T]{Type: source.Bookmark, ResourceVersion: m.GetResourceVersion(), InitialEventsEnd: end}
 		return out, w.bookmarks || end, nil
 	case watch.Error:
 		// The server ends a stream after an Error event; so does the
@@ -233,7 +234,7 @@ func (w *watcher[T]) event(ev watch.Event) (out mirror.Event[T], pass bool, err 
 		return out, false, wrapError(w.ctx, statusError(ev.Object), "k8s: watch %s from resource version %q", w.lw.what, w.from)
 	}
 	err = fmt.Errorf("k8s: watch %s: unknown event type %q", w.lw.what, ev.Type)
-	return mirror.Event[T]{Type: mirror.EventError, Err: err}, true, nil
+	return source.Event[T]{Type: source.Error, Err: err}, true, nil
 }
 
 // statusError returns the error a watch Error event's object describes.

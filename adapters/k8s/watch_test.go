@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -27,16 +28,16 @@ func boolp(v bool) *bool    { return &v }
 func TestWatch_AsksForTheVersionBookmarksAndTimeoutTheCallerMeans(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		opts mirror.WatchOptions
+		opts source.WatchOptions
 		want metav1.ListOptions
 	}{
-		{"after a version", mirror.WatchOptions{ResourceVersion: "42"},
+		{"after a version", source.WatchOptions{ResourceVersion: "42"},
 			metav1.ListOptions{Watch: true, ResourceVersion: "42"}},
-		{"bookmarks and a timeout in whole seconds", mirror.WatchOptions{ResourceVersion: "42", AllowBookmarks: true, Timeout: 1500 * time.Millisecond},
+		{"bookmarks and a timeout in whole seconds", source.WatchOptions{ResourceVersion: "42", AllowBookmarks: true, Timeout: 1500 * time.Millisecond},
 			metav1.ListOptions{Watch: true, ResourceVersion: "42", AllowWatchBookmarks: true, TimeoutSeconds: int64p(2)}},
-		{"streaming list, consistent", mirror.WatchOptions{SendInitialEvents: true},
+		{"streaming list, consistent", source.WatchOptions{SendInitialEvents: true},
 			metav1.ListOptions{Watch: true, SendInitialEvents: boolp(true), ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan, AllowWatchBookmarks: true}},
-		{"streaming list not older than a version", mirror.WatchOptions{ResourceVersion: "42", SendInitialEvents: true, Timeout: time.Minute},
+		{"streaming list not older than a version", source.WatchOptions{ResourceVersion: "42", SendInitialEvents: true, Timeout: time.Minute},
 			metav1.ListOptions{Watch: true, ResourceVersion: "42", SendInitialEvents: boolp(true), ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan, AllowWatchBookmarks: true, TimeoutSeconds: int64p(60)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -60,7 +61,7 @@ func TestWatch_FromNowReadsTheNewestVersionAndWatchesAfterIt(t *testing.T) {
 				lists:   []fakeList{{list: podList("77", "tok", pod("a", "p", "3"))}},
 				watches: []fakeWatch{{src: newFakeSource()}},
 			}
-			w, err := f.lw(Options{FieldSelector: "x=y"}).Watch(context.Background(), mirror.WatchOptions{ResourceVersion: rv})
+			w, err := f.lw(Options{FieldSelector: "x=y"}).Watch(context.Background(), source.WatchOptions{ResourceVersion: rv})
 			require.NoError(t, err)
 			defer w.Stop()
 			assert.Equal(t, []metav1.ListOptions{{FieldSelector: "x=y", Limit: 1}}, f.listOpts, "a consistent list of one object")
@@ -71,15 +72,15 @@ func TestWatch_FromNowReadsTheNewestVersionAndWatchesAfterIt(t *testing.T) {
 
 func TestWatch_FromNowFailsWithTheListsClassifiedError(t *testing.T) {
 	f := &fakePods{lists: []fakeList{{err: apierrors.NewTooManyRequests("slow down", 1)}}}
-	_, err := f.lw(Options{}).Watch(context.Background(), mirror.WatchOptions{})
-	require.ErrorIs(t, err, mirror.ErrUnavailable)
+	_, err := f.lw(Options{}).Watch(context.Background(), source.WatchOptions{})
+	require.ErrorIs(t, err, source.ErrUnavailable)
 	assert.True(t, apierrors.IsTooManyRequests(err))
 }
 
 func TestWatch_EventsCarryTypedObjectsAndTheirVersions(t *testing.T) {
 	src := newFakeSource()
 	f := &fakePods{watches: []fakeWatch{{src: src}}}
-	w, err := f.lw(Options{}).Watch(context.Background(), mirror.WatchOptions{ResourceVersion: "1", AllowBookmarks: true})
+	w, err := f.lw(Options{}).Watch(context.Background(), source.WatchOptions{ResourceVersion: "1", AllowBookmarks: true})
 	require.NoError(t, err)
 	defer w.Stop()
 	p2, p3, p4 := pod("a", "p", "2"), pod("a", "p", "3"), pod("a", "p", "4")
@@ -87,11 +88,11 @@ func TestWatch_EventsCarryTypedObjectsAndTheirVersions(t *testing.T) {
 	src.events <- watch.Event{Type: watch.Modified, Object: p3}
 	src.events <- watch.Event{Type: watch.Deleted, Object: p4}
 	src.events <- watch.Event{Type: watch.Bookmark, Object: pod("", "", "9")}
-	want := []mirror.Event[*corev1.Pod]{
-		{Type: mirror.EventAdded, Object: p2, ResourceVersion: "2"},
-		{Type: mirror.EventModified, Object: p3, ResourceVersion: "3"},
-		{Type: mirror.EventDeleted, Object: p4, ResourceVersion: "4"},
-		{Type: mirror.EventBookmark, ResourceVersion: "9"},
+	want := []source.Event[*corev1.Pod]{
+		{Type: source.Added, Object: p2, ResourceVersion: "2"},
+		{Type: source.Updated, Object: p3, ResourceVersion: "3"},
+		{Type: source.Deleted, Object: p4, ResourceVersion: "4"},
+		{Type: source.Bookmark, ResourceVersion: "9"},
 	}
 	for i, ev := range want {
 		got, err := w.Next(context.Background())
@@ -105,20 +106,20 @@ func TestWatch_BookmarksPassOnlyIfAllowedExceptTheEndOfAStreamingList(t *testing
 	end.Annotations = map[string]string{metav1.InitialEventsAnnotationKey: "true"}
 	for _, tc := range []struct {
 		name string
-		opts mirror.WatchOptions
-		want []mirror.Event[*corev1.Pod]
+		opts source.WatchOptions
+		want []source.Event[*corev1.Pod]
 	}{
-		{"allowed", mirror.WatchOptions{ResourceVersion: "1", AllowBookmarks: true}, []mirror.Event[*corev1.Pod]{
-			{Type: mirror.EventBookmark, ResourceVersion: "8"},
-			{Type: mirror.EventBookmark, ResourceVersion: "9"}, // not a streaming list: no end to mark
+		{"allowed", source.WatchOptions{ResourceVersion: "1", AllowBookmarks: true}, []source.Event[*corev1.Pod]{
+			{Type: source.Bookmark, ResourceVersion: "8"},
+			{Type: source.Bookmark, ResourceVersion: "9"}, // not a streaming list: no end to mark
 		}},
-		{"not allowed", mirror.WatchOptions{ResourceVersion: "1"}, nil},
-		{"streaming list", mirror.WatchOptions{SendInitialEvents: true}, []mirror.Event[*corev1.Pod]{
-			{Type: mirror.EventBookmark, ResourceVersion: "9", InitialEventsEnd: true},
+		{"not allowed", source.WatchOptions{ResourceVersion: "1"}, nil},
+		{"streaming list", source.WatchOptions{SendInitialEvents: true}, []source.Event[*corev1.Pod]{
+			{Type: source.Bookmark, ResourceVersion: "9", InitialEventsEnd: true},
 		}},
-		{"streaming list with bookmarks", mirror.WatchOptions{SendInitialEvents: true, AllowBookmarks: true}, []mirror.Event[*corev1.Pod]{
-			{Type: mirror.EventBookmark, ResourceVersion: "8"},
-			{Type: mirror.EventBookmark, ResourceVersion: "9", InitialEventsEnd: true},
+		{"streaming list with bookmarks", source.WatchOptions{SendInitialEvents: true, AllowBookmarks: true}, []source.Event[*corev1.Pod]{
+			{Type: source.Bookmark, ResourceVersion: "8"},
+			{Type: source.Bookmark, ResourceVersion: "9", InitialEventsEnd: true},
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -130,7 +131,7 @@ func TestWatch_BookmarksPassOnlyIfAllowedExceptTheEndOfAStreamingList(t *testing
 			src.events <- watch.Event{Type: watch.Bookmark, Object: pod("", "", "8")}
 			src.events <- watch.Event{Type: watch.Bookmark, Object: end}
 			close(src.events)
-			var got []mirror.Event[*corev1.Pod]
+			var got []source.Event[*corev1.Pod]
 			for {
 				ev, err := w.Next(context.Background())
 				if err != nil {
@@ -147,7 +148,7 @@ func TestWatch_BookmarksPassOnlyIfAllowedExceptTheEndOfAStreamingList(t *testing
 func TestWatch_ObjectOfAnotherTypeIsAnEventErrorAndTheStreamGoesOn(t *testing.T) {
 	src := newFakeSource()
 	f := &fakePods{watches: []fakeWatch{{src: src}}}
-	w, err := f.lw(Options{}).Watch(context.Background(), mirror.WatchOptions{ResourceVersion: "1"})
+	w, err := f.lw(Options{}).Watch(context.Background(), source.WatchOptions{ResourceVersion: "1"})
 	require.NoError(t, err)
 	defer w.Stop()
 	src.events <- watch.Event{Type: watch.Modified, Object: &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "a", Name: "cm", ResourceVersion: "5"}}}
@@ -156,7 +157,7 @@ func TestWatch_ObjectOfAnotherTypeIsAnEventErrorAndTheStreamGoesOn(t *testing.T)
 
 	ev, err := w.Next(context.Background())
 	require.NoError(t, err)
-	assert.Equal(t, mirror.EventError, ev.Type)
+	assert.Equal(t, source.Error, ev.Type)
 	var oe *mirror.ObjectError
 	require.ErrorAs(t, ev.Err, &oe)
 	assert.Equal(t, "a/cm", oe.Key)
@@ -164,11 +165,11 @@ func TestWatch_ObjectOfAnotherTypeIsAnEventErrorAndTheStreamGoesOn(t *testing.T)
 
 	ev, err = w.Next(context.Background())
 	require.NoError(t, err)
-	assert.Equal(t, mirror.EventError, ev.Type, "a nil object")
+	assert.Equal(t, source.Error, ev.Type, "a nil object")
 
 	ev, err = w.Next(context.Background())
 	require.NoError(t, err)
-	assert.Equal(t, mirror.EventAdded, ev.Type)
+	assert.Equal(t, source.Added, ev.Type)
 	assert.Equal(t, "6", ev.ResourceVersion)
 }
 
@@ -185,10 +186,10 @@ func TestWatch_ErrorEventEndsTheStreamWithTheClassifiedStatus(t *testing.T) {
 		kind   error
 		status bool
 	}{
-		{"expired", &expired.ErrStatus, mirror.ErrExpired, true},
-		{"expired, from the dynamic client", &unstructured.Unstructured{Object: asUnstructured}, mirror.ErrExpired, true},
-		{"too large", &tooLarge().(*apierrors.StatusError).ErrStatus, mirror.ErrTooLargeResourceVersion, true},
-		{"429", &apierrors.NewTooManyRequests("slow down", 1).ErrStatus, mirror.ErrUnavailable, true},
+		{"expired", &expired.ErrStatus, source.ErrExpired, true},
+		{"expired, from the dynamic client", &unstructured.Unstructured{Object: asUnstructured}, source.ErrExpired, true},
+		{"too large", &tooLarge().(*apierrors.StatusError).ErrStatus, source.ErrTooLargeResourceVersion, true},
+		{"429", &apierrors.NewTooManyRequests("slow down", 1).ErrStatus, source.ErrUnavailable, true},
 		{"500 decoding", &apierrors.NewInternalError(errors.New("unable to decode")).ErrStatus, nil, true},
 		{"not a status", pod("a", "p", "3"), nil, false},
 		{"no object", nil, nil, false},
@@ -196,7 +197,7 @@ func TestWatch_ErrorEventEndsTheStreamWithTheClassifiedStatus(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			src := newFakeSource()
 			f := &fakePods{watches: []fakeWatch{{src: src}}}
-			w, err := f.lw(Options{}).Watch(context.Background(), mirror.WatchOptions{ResourceVersion: "1"})
+			w, err := f.lw(Options{}).Watch(context.Background(), source.WatchOptions{ResourceVersion: "1"})
 			require.NoError(t, err)
 			defer w.Stop()
 			src.events <- watch.Event{Type: watch.Error, Object: tc.obj}
@@ -205,7 +206,7 @@ func TestWatch_ErrorEventEndsTheStreamWithTheClassifiedStatus(t *testing.T) {
 			_, err = w.Next(context.Background())
 			require.Error(t, err)
 			assert.NotErrorIs(t, err, io.EOF, "an error is not the end of the stream")
-			for _, kind := range []error{mirror.ErrExpired, mirror.ErrTooLargeResourceVersion, mirror.ErrUnavailable} {
+			for _, kind := range []error{source.ErrExpired, source.ErrTooLargeResourceVersion, source.ErrUnavailable} {
 				assert.Equal(t, kind == tc.kind, errors.Is(err, kind), "errors.Is(err, %v)", kind)
 			}
 			var status apierrors.APIStatus
@@ -220,7 +221,7 @@ func TestWatch_ErrorEventEndsTheStreamWithTheClassifiedStatus(t *testing.T) {
 func TestWatch_StreamEndedByTheSourceIsEOF(t *testing.T) {
 	src := newFakeSource()
 	f := &fakePods{watches: []fakeWatch{{src: src}}}
-	w, err := f.lw(Options{}).Watch(context.Background(), mirror.WatchOptions{ResourceVersion: "1"})
+	w, err := f.lw(Options{}).Watch(context.Background(), source.WatchOptions{ResourceVersion: "1"})
 	require.NoError(t, err)
 	close(src.events)
 	_, err = w.Next(context.Background())
@@ -232,7 +233,7 @@ func TestWatch_StreamEndedByTheSourceIsEOF(t *testing.T) {
 func TestWatch_StopIsIdempotentAndEndsANextInProgressWithEOF(t *testing.T) {
 	src := newFakeSource()
 	f := &fakePods{watches: []fakeWatch{{src: src}}}
-	w, err := f.lw(Options{}).Watch(context.Background(), mirror.WatchOptions{ResourceVersion: "1"})
+	w, err := f.lw(Options{}).Watch(context.Background(), source.WatchOptions{ResourceVersion: "1"})
 	require.NoError(t, err)
 	done := make(chan error)
 	go func() {
@@ -259,7 +260,7 @@ func TestWatch_ErrorEventCausedByStopIsStillEOF(t *testing.T) {
 			src := newFakeSource()
 			f := &fakePods{watches: []fakeWatch{{src: src}}}
 			ctx, cancel := context.WithCancel(context.Background())
-			w, err := f.lw(Options{}).Watch(ctx, mirror.WatchOptions{ResourceVersion: "1"})
+			w, err := f.lw(Options{}).Watch(ctx, source.WatchOptions{ResourceVersion: "1"})
 			require.NoError(t, err)
 			if end == "Stop" {
 				w.Stop()
@@ -282,7 +283,7 @@ func TestWatch_ErrorEventCausedByStopIsStillEOF(t *testing.T) {
 func TestWatch_NextReturnsItsContextsErrorAndReleasesTheStream(t *testing.T) {
 	src := newFakeSource()
 	f := &fakePods{watches: []fakeWatch{{src: src}}}
-	w, err := f.lw(Options{}).Watch(context.Background(), mirror.WatchOptions{ResourceVersion: "1"})
+	w, err := f.lw(Options{}).Watch(context.Background(), source.WatchOptions{ResourceVersion: "1"})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -297,7 +298,7 @@ func TestWatch_EndOfTheWatchContextReleasesTheStreamWithoutStopOrNext(t *testing
 	src := newFakeSource()
 	f := &fakePods{watches: []fakeWatch{{src: src}}}
 	ctx, cancel := context.WithCancel(context.Background())
-	w, err := f.lw(Options{}).Watch(ctx, mirror.WatchOptions{ResourceVersion: "1"})
+	w, err := f.lw(Options{}).Watch(ctx, source.WatchOptions{ResourceVersion: "1"})
 	require.NoError(t, err)
 	cancel()
 	<-src.stopped // client-go's watch is stopped though nobody called Stop or Next
@@ -312,11 +313,11 @@ func TestWatch_StreamingListRefusedIsUnsupported(t *testing.T) {
 	})
 	f := &fakePods{watches: []fakeWatch{{err: refused}, {err: refused}}}
 	lw := f.lw(Options{})
-	_, err := lw.Watch(context.Background(), mirror.WatchOptions{SendInitialEvents: true})
+	_, err := lw.Watch(context.Background(), source.WatchOptions{SendInitialEvents: true})
 	require.ErrorIs(t, err, errors.ErrUnsupported)
 	assert.True(t, apierrors.IsInvalid(err))
 
-	_, err = lw.Watch(context.Background(), mirror.WatchOptions{ResourceVersion: "5"})
+	_, err = lw.Watch(context.Background(), source.WatchOptions{ResourceVersion: "5"})
 	require.Error(t, err)
 	assert.NotErrorIs(t, err, errors.ErrUnsupported, "only a streaming list can be refused as one")
 }
@@ -324,8 +325,8 @@ func TestWatch_StreamingListRefusedIsUnsupported(t *testing.T) {
 func TestWatch_ErrorsStartingTheWatchAreClassified(t *testing.T) {
 	f := &fakePods{watches: []fakeWatch{{err: gone()}, {err: netError("dial", syscall.ECONNREFUSED)}}}
 	lw := f.lw(Options{})
-	_, err := lw.Watch(context.Background(), mirror.WatchOptions{ResourceVersion: "5"})
-	require.ErrorIs(t, err, mirror.ErrExpired)
-	_, err = lw.Watch(context.Background(), mirror.WatchOptions{ResourceVersion: "5"})
-	require.ErrorIs(t, err, mirror.ErrUnavailable)
+	_, err := lw.Watch(context.Background(), source.WatchOptions{ResourceVersion: "5"})
+	require.ErrorIs(t, err, source.ErrExpired)
+	_, err = lw.Watch(context.Background(), source.WatchOptions{ResourceVersion: "5"})
+	require.ErrorIs(t, err, source.ErrUnavailable)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/memsource"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -34,14 +35,14 @@ func itemKey(it item) (string, error) {
 }
 
 // faultySource is a memsource whose watches can be told to report the next
-// change as an object the source could not produce (an EventError), before
+// change as an object the source could not produce (an source.Error), before
 // delivering it.
 type faultySource struct {
 	*memsource.Source[item]
 	skipNext atomic.Bool
 }
 
-func (s *faultySource) Watch(ctx context.Context, opts mirror.WatchOptions) (mirror.Watcher[item], error) {
+func (s *faultySource) Watch(ctx context.Context, opts source.WatchOptions) (source.Watcher[item], error) {
 	w, err := s.Source.Watch(ctx, opts)
 	if err != nil {
 		return nil, err
@@ -50,20 +51,20 @@ func (s *faultySource) Watch(ctx context.Context, opts mirror.WatchOptions) (mir
 }
 
 type faultyWatcher struct {
-	mirror.Watcher[item]
+	source.Watcher[item]
 	s    *faultySource
-	held *mirror.Event[item]
+	held *source.Event[item]
 }
 
-func (w *faultyWatcher) Next(ctx context.Context) (mirror.Event[item], error) {
+func (w *faultyWatcher) Next(ctx context.Context) (source.Event[item], error) {
 	if ev := w.held; ev != nil {
 		w.held = nil
 		return *ev, nil
 	}
 	ev, err := w.Watcher.Next(ctx)
-	if err == nil && ev.Type != mirror.EventBookmark && w.s.skipNext.CompareAndSwap(true, false) {
+	if err == nil && ev.Type != source.Bookmark && w.s.skipNext.CompareAndSwap(true, false) {
 		w.held = &ev
-		return mirror.Event[item]{Type: mirror.EventError, Err: &mirror.ObjectError{Key: ev.Object.Name, Err: errors.New("test: undecodable")}}, nil
+		return source.Event[item]{Type: source.Error, Err: &mirror.ObjectError{Key: ev.Object.Name, Err: errors.New("test: undecodable")}}, nil
 	}
 	return ev, err
 }
@@ -242,7 +243,7 @@ func testEachMetricMoves(t *testing.T) {
 	// A cut watch, and a source unreachable for a minute: it fails
 	// until the watch is back, which is a restart; no relist.
 	before = scrapeNow()
-	src.FailNext(1_000_000, fmt.Errorf("test: down: %w", mirror.ErrUnavailable))
+	src.FailNext(1_000_000, fmt.Errorf("test: down: %w", source.ErrUnavailable))
 	src.CutWatches()
 	time.Sleep(time.Minute)
 	synctest.Wait()
@@ -268,7 +269,7 @@ func testEachMetricMoves(t *testing.T) {
 
 	// Cut off while the history is compacted: a relist, cause expired.
 	before = s
-	src.FailNext(1, fmt.Errorf("test: down: %w", mirror.ErrUnavailable))
+	src.FailNext(1, fmt.Errorf("test: down: %w", source.ErrUnavailable))
 	src.CutWatches()
 	src.Delete("a")
 	src.Compact(src.Revision())
@@ -318,7 +319,7 @@ func TestMetrics_StalenessCountsFromTheStartUntilTheFirstList(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m, registry := newMetrics(t)
 		src := memsource.New(sourceKey, memsource.Options{})
-		src.FailNext(1_000_000, fmt.Errorf("test: refused: %w", mirror.ErrUnavailable))
+		src.FailNext(1_000_000, fmt.Errorf("test: refused: %w", source.ErrUnavailable))
 		inf := mirror.NewInformer(src, mirror.InformerOptions[string, item]{
 			Name: "unreached", KeyFunc: itemKey, Metrics: m, ErrorHandler: func(error) {},
 		})

@@ -3,23 +3,23 @@ package nats
 import (
 	"context"
 
-	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 )
 
 // CompareVersions orders two revisions of the bucket; it implements
-// mirror.VersionComparer, so that an informer of the bucket can wait for a
+// source.VersionComparer, so that an informer of the bucket can wait for a
 // version (mirror.Informer.WaitForVersion) and serve consistent reads. A
 // bucket's revisions are the sequence numbers of its stream: decimal
 // integers, a larger one newer, "0" for a bucket never written. Anything
-// else gets an error wrapping mirror.ErrInvalidVersion.
+// else gets an error wrapping source.ErrInvalidVersion.
 func (lw *ListWatcher[V]) CompareVersions(a, b string) (int, error) {
-	return mirror.CompareDecimalVersions(a, b)
+	return source.CompareDecimalVersions(a, b)
 }
 
 // CurrentVersion returns the bucket's last revision, from its stream's
 // state, as the stream's leader answers it: no older than any put,
 // delete or purge whose acknowledgement the caller has received. It
-// implements mirror.CurrentVersioner. Errors are classified as List's are.
+// implements source.CurrentVersioner. Errors are classified as List's are.
 //
 // The watch covers the whole bucket and delivers every revision, so a
 // mirror reaches the current revision without progress requests, which
@@ -40,6 +40,6 @@ func (lw *ListWatcher[V]) CurrentVersion(ctx context.Context) (string, error) {
 }
 
 var (
-	_ mirror.VersionComparer  = (*ListWatcher[[]byte])(nil)
-	_ mirror.CurrentVersioner = (*ListWatcher[[]byte])(nil)
+	_ source.VersionComparer  = (*ListWatcher[[]byte])(nil)
+	_ source.CurrentVersioner = (*ListWatcher[[]byte])(nil)
 )

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -19,7 +20,7 @@ func classify(ctx context.Context, err error) error {
 	switch {
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		if ctx.Err() == nil {
-			return mirror.ErrUnavailable
+			return source.ErrUnavailable
 		}
 		return nil
 	case errors.Is(err, natsgo.ErrAuthorization), errors.Is(err, natsgo.ErrPermissionViolation),
@@ -45,9 +46,9 @@ func classify(ctx context.Context, err error) error {
 		errors.Is(err, errDisconnected), errors.Is(err, errNoAnswer):
 		// The server is down or unreachable, or JetStream has no leader
 		// for the bucket yet: all pass once the server is back.
-		return mirror.ErrUnavailable
+		return source.ErrUnavailable
 	case errors.As(err, &apiErr) && apiErr.Code == 503:
-		return mirror.ErrUnavailable
+		return source.ErrUnavailable
 	}
 	return nil
 }

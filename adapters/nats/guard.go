@@ -95,7 +95,7 @@ func (lw *ListWatcher[V]) guard(timeout time.Duration, fail func(cause error)) (
 // request runs fn with a context that ends with ctx, after
 // Options.RequestTimeout, or when the connection goes down. An error fn
 // returns because of the latter two is replaced by one that says so and
-// wraps mirror.ErrUnavailable (see classify).
+// wraps source.ErrUnavailable (see classify).
 func (lw *ListWatcher[V]) request(ctx context.Context, fn func(ctx context.Context) error) error {
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)

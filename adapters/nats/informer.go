@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 )
 
 // InformerOptions configures an informer of a bucket's keys: it is
@@ -39,7 +40,7 @@ type InformerOptions[V any] = mirror.InformerOptions[string, Object[V]]
 // other field of opts (indexes, handlers' resync period, queue, error
 // handler, Reflector options) is passed on unchanged. Run the informer with
 // its Run method.
-func NewInformer[V any](lw mirror.ListWatcher[Object[V]], opts InformerOptions[V]) *mirror.Informer[string, Object[V]] {
+func NewInformer[V any](lw source.ListWatcher[Object[V]], opts InformerOptions[V]) *mirror.Informer[string, Object[V]] {
 	if opts.KeyFunc == nil {
 		opts.KeyFunc = KeyOf[V]
 	}

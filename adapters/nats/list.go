@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -23,16 +23,16 @@ var errNoProgress = errors.New("no key received in time")
 // later of the bucket's last revision read just before and the last
 // revision it received: every revision after that one is a change the
 // list does not hold. opts.ResourceVersion "" and "0" ask for the latest
-// state; "N" fails with an error wrapping mirror.ErrTooLargeResourceVersion
+// state; "N" fails with an error wrapping source.ErrTooLargeResourceVersion
 // if the bucket has not reached revision N. The bucket is read in one pass:
 // opts.Limit is ignored and Continue is always empty.
 //
 // A value that fails to decode (or whose decode function panics) leaves
 // its key out of Items and adds an *mirror.ObjectError to Skipped. Errors are
-// classified with mirror.ErrUnavailable and mirror.ErrPermanent where one
+// classified with source.ErrUnavailable and mirror.ErrPermanent where one
 // applies, and wrap the client's error too.
-func (lw *ListWatcher[V]) List(ctx context.Context, opts mirror.ListOptions) (mirror.ListResult[Object[V]], error) {
-	var res mirror.ListResult[Object[V]]
+func (lw *ListWatcher[V]) List(ctx context.Context, opts source.ListOptions) (source.ListResult[Object[V]], error) {
+	var res source.ListResult[Object[V]]
 	if opts.Continue != "" {
 		return res, fmt.Errorf("nats: list bucket %q: invalid continue token: the bucket is read in one page", lw.bucket)
 	}
@@ -132,7 +132,7 @@ func (lw *ListWatcher[V]) List(ctx context.Context, opts mirror.ListOptions) (mi
 	}
 	if rev < atLeast {
 		return res, fmt.Errorf("nats: list bucket %q at rev %d: the bucket is at rev %d: %w",
-			lw.bucket, atLeast, rev, mirror.ErrTooLargeResourceVersion)
+			lw.bucket, atLeast, rev, source.ErrTooLargeResourceVersion)
 	}
 
 	res.ResourceVersion = formatRev(rev)

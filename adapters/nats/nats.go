@@ -1,5 +1,5 @@
 // Package nats adapts a NATS JetStream key-value bucket to
-// mirror.ListWatcher, so that a mirror.Reflector or mirror.Informer can keep
+// source.ListWatcher, so that a mirror.Reflector or mirror.Informer can keep
 // a local copy of the bucket's keys.
 //
 // The adapter reads through the caller's jetstream.JetStream, so servers,
@@ -18,8 +18,8 @@
 // to the bucket's last revision when the watch started, so that a dropped
 // revision with nothing after it (a deletion written last, which
 // PurgeDeletes removes) is caught too: the watch then ends with an error
-// wrapping mirror.ErrExpired, and the Reflector relists.
-// A refused connection, a lost server or a timeout is mirror.ErrUnavailable;
+// wrapping source.ErrExpired, and the Reflector relists.
+// A refused connection, a lost server or a timeout is source.ErrUnavailable;
 // refused credentials or permissions, and a bucket that does not exist, are
 // mirror.ErrPermanent. A value that fails to decode is reported with its
 // key and kept out of the mirror; the rest of the bucket is mirrored.
@@ -36,7 +36,7 @@
 // mirror's is still in the bucket as the watch resumes. A revision gone
 // from the bucket, the key's or any other's (a History limit reached, a
 // purge of a key written since, PurgeDeletes, a TTL or MaxAge), ends the
-// watch with mirror.ErrExpired at the first one missing, and the relist
+// watch with source.ErrExpired at the first one missing, and the relist
 // that follows reads each key's latest value alone: a key deleted and
 // re-created after the last revision the watch delivered then reaches
 // handlers as an update, even while the bucket still holds its deletion.
@@ -55,12 +55,13 @@ import (
 	"time"
 
 	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
 // Object is one key of a bucket as the mirror holds it: the key, its value
 // decoded into a V, and the revision that wrote it. In a deletion that
-// carries the key alone (mirror.Event.KeyOnly), every field but Key is zero.
+// carries the key alone (source.Event.KeyOnly), every field but Key is zero.
 type Object[V any] struct {
 	// Key is the key, without the bucket's subject prefix.
 	Key string
@@ -92,7 +93,7 @@ type Options struct {
 	// RequestTimeout bounds each request the adapter makes of the server
 	// (looking the bucket up, reading its stream's state) and, during a
 	// list, the wait for each next key, so that a server that accepts a
-	// connection but never answers yields mirror.ErrUnavailable instead
+	// connection but never answers yields source.ErrUnavailable instead
 	// of a hang. The start of the client's watchers is bounded by the
 	// client's own timeout (jetstream's default wait). Zero means 30
 	// seconds; a negative value means no bound other than the caller's
@@ -111,7 +112,7 @@ func (o Options) requestTimeout() time.Duration {
 
 // ListWatcher lists and watches the keys of one JetStream key-value
 // bucket, whose values decode into Vs. *ListWatcher[V] implements
-// mirror.ListWatcher[Object[V]]; NewInformer makes an informer of it. It is
+// source.ListWatcher[Object[V]]; NewInformer makes an informer of it. It is
 // safe for concurrent use; it holds no resources of its own beyond handles
 // to the bucket, and every Watcher it returns ends with its context or its
 // Stop.
@@ -225,4 +226,4 @@ func parseRev(rv string) (uint64, error) {
 	return rev, nil
 }
 
-var _ mirror.ListWatcher[KV] = (*ListWatcher[[]byte])(nil)
+var _ source.ListWatcher[KV] = (*ListWatcher[[]byte])(nil)

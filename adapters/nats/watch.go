@@ -8,7 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -25,12 +25,12 @@ var (
 // bucket never written to, means from the bucket's first revision.
 //
 // Every revision the bucket holds after the start is delivered, in order:
-// a put becomes EventModified (NATS does not say which puts create a key;
+// a put becomes source.Updated (NATS does not say which puts create a key;
 // an informer tells additions from updates by its cache), and a deletion
 // or a purge, whether by the bucket's Delete and Purge or by a marker the
 // server writes when a key's TTL or the bucket's MaxAge removes it,
-// becomes EventDeleted carrying the key alone, marked mirror.Event.KeyOnly.
-// A put whose value fails to decode becomes one EventError marked KeyOnly,
+// becomes source.Deleted carrying the key alone, marked source.Event.KeyOnly.
+// A put whose value fails to decode becomes one source.Error marked KeyOnly,
 // whose Object holds the key alone and whose Err is an *mirror.ObjectError
 // naming the key and the revision: the bucket holds a value the mirror
 // cannot represent, so a Reflector reports the error and evicts whatever it
@@ -39,20 +39,20 @@ var (
 //
 // A revision after the start that the bucket no longer holds, so that the
 // watch would miss what it was (see the package documentation), ends the
-// watch with an error wrapping mirror.ErrExpired, at the first revision
+// watch with an error wrapping source.ErrExpired, at the first revision
 // delivered after it or, when nothing up to the bucket's last revision at
 // the start follows it, once the client reports the watch caught up. So
 // does a start before the bucket's first revision or after its last (a
 // bucket deleted and created again starts its revisions afresh). The
 // loss of the connection to the server ends it with
-// mirror.ErrUnavailable; the Reflector then watches again from the last
+// source.ErrUnavailable; the Reflector then watches again from the last
 // revision it saw. opts.Timeout, if positive, ends it with io.EOF. With
-// opts.AllowBookmarks, the watch sends one EventBookmark once it has
+// opts.AllowBookmarks, the watch sends one source.Bookmark once it has
 // delivered every revision the bucket held when it started, carrying the
 // last revision it delivered (or the one it started after): the mirror is
 // then known to be current. opts.SendInitialEvents is not supported: Watch
 // then returns an error wrapping errors.ErrUnsupported.
-func (lw *ListWatcher[V]) Watch(ctx context.Context, opts mirror.WatchOptions) (mirror.Watcher[Object[V]], error) {
+func (lw *ListWatcher[V]) Watch(ctx context.Context, opts source.WatchOptions) (source.Watcher[Object[V]], error) {
 	if opts.SendInitialEvents {
 		return nil, fmt.Errorf("nats: watch bucket %q: streaming list: %w", lw.bucket, errors.ErrUnsupported)
 	}
@@ -79,11 +79,11 @@ func (lw *ListWatcher[V]) Watch(ctx context.Context, opts mirror.WatchOptions) (
 	case after > state.LastSeq:
 		lw.stats.expired.Add(1)
 		return nil, fmt.Errorf("nats: watch bucket %q from rev %d: the bucket's last revision is %d (was it created again?): %w",
-			lw.bucket, after+1, state.LastSeq, mirror.ErrExpired)
+			lw.bucket, after+1, state.LastSeq, source.ErrExpired)
 	case state.FirstSeq > after+1:
 		lw.stats.expired.Add(1)
 		return nil, fmt.Errorf("nats: watch bucket %q from rev %d: the bucket holds revisions from %d on: %w",
-			lw.bucket, after+1, state.FirstSeq, mirror.ErrExpired)
+			lw.bucket, after+1, state.FirstSeq, source.ErrExpired)
 	}
 
 	w := &watcher[V]{lw: lw, next: after + 1, from: after + 1, last: state.LastSeq, bookmarks: opts.AllowBookmarks}
@@ -154,9 +154,9 @@ type watcher[V any] struct {
 }
 
 // Next returns the next event. It blocks until there is one, the watch ends
-// or ctx is done; see mirror.Watcher for the errors it returns.
-func (w *watcher[V]) Next(ctx context.Context) (mirror.Event[Object[V]], error) {
-	var zero mirror.Event[Object[V]]
+// or ctx is done; see source.Watcher for the errors it returns.
+func (w *watcher[V]) Next(ctx context.Context) (source.Event[Object[V]], error) {
+	var zero source.Event[Object[V]]
 	if w.err != nil {
 		return zero, w.err
 	}
@@ -182,10 +182,10 @@ func (w *watcher[V]) Next(ctx context.Context) (mirror.Event[Object[V]], error) 
 				if w.next <= w.last {
 					w.lw.stats.expired.Add(1)
 					return zero, w.fail(fmt.Errorf("%s: revisions %d to %d are no longer in the bucket: %w",
-						w.name(), w.next, w.last, mirror.ErrExpired))
+						w.name(), w.next, w.last, source.ErrExpired))
 				}
 				if w.bookmarks {
-					return mirror.Event[Object[V]]{Type: mirror.EventBookmark, ResourceVersion: formatRev(w.next - 1)}, nil
+					return source.Event[Object[V]]{Type: source.Bookmark, ResourceVersion: formatRev(w.next - 1)}, nil
 				}
 				continue
 			}
@@ -198,7 +198,7 @@ func (w *watcher[V]) Next(ctx context.Context) (mirror.Event[Object[V]], error) 
 			if rev > w.next {
 				w.lw.stats.expired.Add(1)
 				return zero, w.fail(fmt.Errorf("%s: revisions %d to %d are no longer in the bucket: %w",
-					w.name(), w.next, rev-1, mirror.ErrExpired))
+					w.name(), w.next, rev-1, source.ErrExpired))
 			}
 			w.next = rev + 1
 			return w.event(e), nil
@@ -217,21 +217,21 @@ func (w *watcher[V]) Next(ctx context.Context) (mirror.Event[Object[V]], error) 
 }
 
 // event converts one entry.
-func (w *watcher[V]) event(e jetstream.KeyValueEntry) mirror.Event[Object[V]] {
+func (w *watcher[V]) event(e jetstream.KeyValueEntry) source.Event[Object[V]] {
 	rv := formatRev(e.Revision())
 	if e.Operation() != jetstream.KeyValuePut {
 		// The entry of a deletion holds no value: the event carries the
 		// key alone; the mirror knows the last value.
-		return mirror.Event[Object[V]]{Type: mirror.EventDeleted, Object: Object[V]{Key: e.Key()}, ResourceVersion: rv, KeyOnly: true}
+		return source.Event[Object[V]]{Type: source.Deleted, Object: Object[V]{Key: e.Key()}, ResourceVersion: rv, KeyOnly: true}
 	}
 	o, err := w.lw.object(e)
 	if err != nil {
 		// The bucket holds a value the mirror cannot represent: whatever
 		// the mirror holds for the key is out of date, and goes (see
-		// mirror.EventError).
-		return mirror.Event[Object[V]]{Type: mirror.EventError, Object: Object[V]{Key: o.Key}, ResourceVersion: rv, KeyOnly: true, Err: err}
+		// source.Error).
+		return source.Event[Object[V]]{Type: source.Error, Object: Object[V]{Key: o.Key}, ResourceVersion: rv, KeyOnly: true, Err: err}
 	}
-	return mirror.Event[Object[V]]{Type: mirror.EventModified, Object: o, ResourceVersion: rv}
+	return source.Event[Object[V]]{Type: source.Updated, Object: o, ResourceVersion: rv}
 }
 
 // name names the watch in an error: by its bucket, the revision it started

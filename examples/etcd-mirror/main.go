@@ -57,6 +57,7 @@ import (
 	"github.com/listwatch/mirror/examples/internal/cli"
 	"github.com/listwatch/mirror/examples/internal/embedetcd"
 	"github.com/listwatch/mirror/examples/internal/metricsrv"
+	"github.com/listwatch/mirror/source"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -315,8 +316,8 @@ func whyNoAuth(ctx context.Context, err error, cfg config, endpoints []string, t
 	}
 	defer client.Close()
 	lw := etcdmirror.New(client, cfg.prefix, etcdmirror.Options{RequestTimeout: probeTimeout})
-	_, why := lw.List(ctx, mirror.ListOptions{Limit: 1})
-	if !errors.Is(why, mirror.ErrUnavailable) {
+	_, why := lw.List(ctx, source.ListOptions{Limit: 1})
+	if !errors.Is(why, source.ErrUnavailable) {
 		why = errors.New("etcd answers a read without credentials")
 	}
 	return fmt.Errorf("connect to etcd as %q: not authenticated within --sync-timeout %v: %w", cfg.user, cfg.SyncTimeout, why)

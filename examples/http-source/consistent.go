@@ -5,23 +5,23 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 )
 
 // What a source needs for consistent reads (mirror.Informer.Consistent):
 // an order of its versions and a way to learn the current one. The
 // catalog's revisions are decimal integers, and its product list says
 // which revision it is at. A source whose API can also be asked to
-// confirm a watch's progress would implement mirror.ProgressRequester;
+// confirm a watch's progress would implement source.ProgressRequester;
 // this one's long polls end with a bookmark soon enough without it.
 var (
-	_ mirror.VersionComparer  = (*catalogSource)(nil)
-	_ mirror.CurrentVersioner = (*catalogSource)(nil)
+	_ source.VersionComparer  = (*catalogSource)(nil)
+	_ source.CurrentVersioner = (*catalogSource)(nil)
 )
 
 // CompareVersions orders two of the catalog's revisions.
 func (s *catalogSource) CompareVersions(a, b string) (int, error) {
-	return mirror.CompareDecimalVersions(a, b)
+	return source.CompareDecimalVersions(a, b)
 }
 
 // CurrentVersion returns the catalog's revision. The API has no cheaper

@@ -1,7 +1,7 @@
 // Command http-source mirrors a source of its own, neither etcd nor
 // Kubernetes: the products of a catalog that an HTTP API serves with
 // revisions (catalog.go; the program serves it itself, on loopback),
-// read through a mirror.ListWatcher written for that API (source.go).
+// read through a source.ListWatcher written for that API (source.go).
 //
 //	go run ./examples/http-source
 //
@@ -29,6 +29,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/examples/internal/cli"
+	"github.com/listwatch/mirror/source"
 )
 
 func main() { cli.Main("http-source", run) }
@@ -129,7 +130,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 // newInformer returns an informer of the catalog's products, keyed by
 // name. Their revision serves as their version, so that a relist reports
 // only the products that changed.
-func newInformer(src mirror.ListWatcher[Product], logger *slog.Logger) *mirror.Informer[string, Product] {
+func newInformer(src source.ListWatcher[Product], logger *slog.Logger) *mirror.Informer[string, Product] {
 	return mirror.NewInformer(src, mirror.InformerOptions[string, Product]{
 		Name:            "catalog",
 		Logger:          logger, // nil: slog's default

@@ -12,56 +12,57 @@ import (
 	"time"
 
 	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 )
 
-// catalogSource is a mirror.ListWatcher of the catalog's products, through its
+// catalogSource is a source.ListWatcher of the catalog's products, through its
 // HTTP API: the part of this example to copy for a source of one's own.
 // What it must get right is the contract: versions are the catalog's
 // revisions, as decimal strings; a watch reports every change after the
 // version it starts from, in order; and errors say what the Reflector
-// should do next, by wrapping mirror.ErrExpired (relist),
-// mirror.ErrTooLargeResourceVersion or mirror.ErrUnavailable (retry).
+// should do next, by wrapping source.ErrExpired (relist),
+// source.ErrTooLargeResourceVersion or source.ErrUnavailable (retry).
 type catalogSource struct {
 	base   string // the API's URL, such as "http://127.0.0.1:8080"
 	client *http.Client
 }
 
-var _ mirror.ListWatcher[Product] = (*catalogSource)(nil)
+var _ source.ListWatcher[Product] = (*catalogSource)(nil)
 
 // List returns every product in one page: the API has no paging, so
 // opts.Limit is ignored, as a Kubernetes API server ignores it when it
 // serves a list from its cache. The catalog is always current, so any
 // version asked for is served by the newest state.
-func (s *catalogSource) List(ctx context.Context, opts mirror.ListOptions) (mirror.ListResult[Product], error) {
+func (s *catalogSource) List(ctx context.Context, opts source.ListOptions) (source.ListResult[Product], error) {
 	var page productsPage
 	if err := s.get(ctx, "/products", nil, &page); err != nil {
-		return mirror.ListResult[Product]{}, fmt.Errorf("catalog: list: %w", err)
+		return source.ListResult[Product]{}, fmt.Errorf("catalog: list: %w", err)
 	}
 	if rv := opts.ResourceVersion; rv != "" && rv != "0" {
 		atLeast, err := strconv.ParseInt(rv, 10, 64)
 		if err != nil {
-			return mirror.ListResult[Product]{}, fmt.Errorf("catalog: list at %q: not a revision", rv)
+			return source.ListResult[Product]{}, fmt.Errorf("catalog: list at %q: not a revision", rv)
 		}
 		if page.Revision < atLeast {
-			return mirror.ListResult[Product]{}, fmt.Errorf("catalog: list at %d: the catalog is at %d: %w",
-				atLeast, page.Revision, mirror.ErrTooLargeResourceVersion)
+			return source.ListResult[Product]{}, fmt.Errorf("catalog: list at %d: the catalog is at %d: %w",
+				atLeast, page.Revision, source.ErrTooLargeResourceVersion)
 		}
 	}
-	return mirror.ListResult[Product]{Items: page.Products, ResourceVersion: strconv.FormatInt(page.Revision, 10)}, nil
+	return source.ListResult[Product]{Items: page.Products, ResourceVersion: strconv.FormatInt(page.Revision, 10)}, nil
 }
 
 // Watch returns a stream of the changes after opts.ResourceVersion ("" or
 // "0": from now). It asks the API for them one long poll at a time, as
 // Next needs them; a poll that finds nothing becomes a bookmark, if
 // opts.AllowBookmarks. Streaming lists are not supported.
-func (s *catalogSource) Watch(ctx context.Context, opts mirror.WatchOptions) (mirror.Watcher[Product], error) {
+func (s *catalogSource) Watch(ctx context.Context, opts source.WatchOptions) (source.Watcher[Product], error) {
 	if opts.SendInitialEvents {
 		return nil, fmt.Errorf("catalog: streaming list: %w", errors.ErrUnsupported)
 	}
 	w := &watcher{s: s, bookmarks: opts.AllowBookmarks}
 	switch rv := opts.ResourceVersion; rv {
 	case "", "0":
-		l, err := s.List(ctx, mirror.ListOptions{})
+		l, err := s.List(ctx, source.ListOptions{})
 		if err != nil {
 			return nil, err
 		}
@@ -95,7 +96,7 @@ type watcher struct {
 // longPoll is how long one request waits for a change.
 const longPoll = 30 * time.Second
 
-func (w *watcher) Next(ctx context.Context) (mirror.Event[Product], error) {
+func (w *watcher) Next(ctx context.Context) (source.Event[Product], error) {
 	for len(w.pending) == 0 && w.err == nil {
 		// The request ends with ctx or with the watch, whichever first.
 		rctx, cancel := context.WithCancel(ctx)
@@ -117,7 +118,7 @@ func (w *watcher) Next(ctx context.Context) (mirror.Event[Product], error) {
 		case len(page.Changes) == 0:
 			if w.bookmarks && page.Revision > w.after {
 				w.after = page.Revision
-				return mirror.Event[Product]{Type: mirror.EventBookmark, ResourceVersion: strconv.FormatInt(w.after, 10)}, nil
+				return source.Event[Product]{Type: source.Bookmark, ResourceVersion: strconv.FormatInt(w.after, 10)}, nil
 			}
 		default:
 			w.pending = page.Changes
@@ -125,21 +126,21 @@ func (w *watcher) Next(ctx context.Context) (mirror.Event[Product], error) {
 	}
 	if w.err != nil {
 		w.stop()
-		return mirror.Event[Product]{}, w.err
+		return source.Event[Product]{}, w.err
 	}
 	ch := w.pending[0]
 	w.pending = w.pending[1:]
 	w.after = ch.Product.Revision
-	ev := mirror.Event[Product]{Object: ch.Product, ResourceVersion: strconv.FormatInt(w.after, 10)}
+	ev := source.Event[Product]{Object: ch.Product, ResourceVersion: strconv.FormatInt(w.after, 10)}
 	switch ch.Type {
 	case "added":
-		ev.Type = mirror.EventAdded
+		ev.Type = source.Added
 	case "modified":
-		ev.Type = mirror.EventModified
+		ev.Type = source.Updated
 	case "deleted":
-		ev.Type = mirror.EventDeleted
+		ev.Type = source.Deleted
 	default:
-		ev = mirror.Event[Product]{Type: mirror.EventError, ResourceVersion: ev.ResourceVersion,
+		ev = source.Event[Product]{Type: source.Error, ResourceVersion: ev.ResourceVersion,
 			Err: &mirror.ObjectError{Key: ch.Product.Name, Err: fmt.Errorf("unknown change %q", ch.Type)}}
 	}
 	return ev, nil
@@ -159,22 +160,22 @@ func (s *catalogSource) get(ctx context.Context, path string, query url.Values, 
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return fmt.Errorf("%w: %w", mirror.ErrUnavailable, err) // refused, reset, timed out
+		return fmt.Errorf("%w: %w", source.ErrUnavailable, err) // refused, reset, timed out
 	}
 	defer resp.Body.Close()
 	switch {
 	case resp.StatusCode == http.StatusOK:
 	case resp.StatusCode == http.StatusGone:
-		return fmt.Errorf("%s: %w", resp.Status, mirror.ErrExpired)
+		return fmt.Errorf("%s: %w", resp.Status, source.ErrExpired)
 	case resp.StatusCode == http.StatusUnauthorized, resp.StatusCode == http.StatusForbidden:
 		return fmt.Errorf("%s: %w", resp.Status, mirror.ErrPermanent)
 	case resp.StatusCode == http.StatusTooManyRequests, resp.StatusCode >= 500:
-		return fmt.Errorf("%s: %w", resp.Status, mirror.ErrUnavailable)
+		return fmt.Errorf("%s: %w", resp.Status, source.ErrUnavailable)
 	default:
 		return fmt.Errorf("%s", resp.Status)
 	}
 	if err := json.NewDecoder(resp.Body).Decode(v); err != nil {
-		return fmt.Errorf("%w: reading the answer: %w", mirror.ErrUnavailable, err)
+		return fmt.Errorf("%w: reading the answer: %w", source.ErrUnavailable, err)
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/examples/internal/cli"
 	"github.com/listwatch/mirror/examples/internal/cli/clitest"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -129,7 +130,7 @@ func TestSource_InformerFollowsTheCatalog(t *testing.T) {
 }
 
 // An outage longer than the catalog's history makes the watch fail with
-// mirror.ErrExpired (410 Gone): the informer lists again, and reports the
+// source.ErrExpired (410 Gone): the informer lists again, and reports the
 // products removed meanwhile as deletions whose final state is unknown,
 // and the changed ones as updates, but not the ones left as they were.
 func TestSource_OutageLongerThanTheHistoryRelistsAndReportsWhatChanged(t *testing.T) {
@@ -171,33 +172,33 @@ func TestSource_ErrorsAreClassified(t *testing.T) {
 	}
 	src := serve(t, cat)
 
-	w, err := src.Watch(ctx, mirror.WatchOptions{ResourceVersion: "1"})
+	w, err := src.Watch(ctx, source.WatchOptions{ResourceVersion: "1"})
 	require.NoError(t, err)
 	defer w.Stop()
 	_, err = w.Next(ctx)
-	require.ErrorIs(t, err, mirror.ErrExpired, "a revision the history no longer reaches")
+	require.ErrorIs(t, err, source.ErrExpired, "a revision the history no longer reaches")
 	_, err = w.Next(ctx)
-	require.ErrorIs(t, err, mirror.ErrExpired, "every later call returns the error")
+	require.ErrorIs(t, err, source.ErrExpired, "every later call returns the error")
 
-	_, err = src.List(ctx, mirror.ListOptions{ResourceVersion: "1000"})
-	require.ErrorIs(t, err, mirror.ErrTooLargeResourceVersion)
+	_, err = src.List(ctx, source.ListOptions{ResourceVersion: "1000"})
+	require.ErrorIs(t, err, source.ErrTooLargeResourceVersion)
 
 	down := serve(t, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		http.Error(w, "down", http.StatusServiceUnavailable)
 	}))
-	_, err = down.List(ctx, mirror.ListOptions{})
-	require.ErrorIs(t, err, mirror.ErrUnavailable)
+	_, err = down.List(ctx, source.ListOptions{})
+	require.ErrorIs(t, err, source.ErrUnavailable)
 
 	srv := httptest.NewServer(cat)
 	srv.Close()
-	_, err = (&catalogSource{base: srv.URL, client: http.DefaultClient}).List(ctx, mirror.ListOptions{})
-	require.ErrorIs(t, err, mirror.ErrUnavailable, "a refused connection")
+	_, err = (&catalogSource{base: srv.URL, client: http.DefaultClient}).List(ctx, source.ListOptions{})
+	require.ErrorIs(t, err, source.ErrUnavailable, "a refused connection")
 }
 
 func TestWatcher_StopEndsNextWithEOF(t *testing.T) {
 	cat := newCatalog(10)
 	src := serve(t, cat)
-	w, err := src.Watch(t.Context(), mirror.WatchOptions{ResourceVersion: "1"})
+	w, err := src.Watch(t.Context(), source.WatchOptions{ResourceVersion: "1"})
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() {

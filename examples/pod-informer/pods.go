@@ -12,6 +12,7 @@ import (
 	"github.com/listwatch/mirror/adapters/k8s"
 	"github.com/listwatch/mirror/examples/internal/metricsrv"
 	"github.com/listwatch/mirror/reconcile"
+	"github.com/listwatch/mirror/source"
 	"github.com/listwatch/mirror/workqueue"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -47,7 +48,7 @@ func mirrorPods(ctx context.Context, clientset kubernetes.Interface, cfg config,
 			Namespace: cfg.namespace, LabelSelector: cfg.selector},
 		// No controller here reads managedFields: do not hold them.
 		StripManagedFields: true,
-	}, func(ns string, o k8s.Options) mirror.ListWatcher[*corev1.Pod] {
+	}, func(ns string, o k8s.Options) source.ListWatcher[*corev1.Pod] {
 		pods := clientset.CoreV1().Pods(ns)
 		return k8s.New[*corev1.Pod](pods.List, pods.Watch, o)
 	})

@@ -6,6 +6,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	etcdmirror "github.com/listwatch/mirror/adapters/etcd"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -68,26 +69,26 @@ func TestListWatch_RefusedReadIsPermanent(t *testing.T) {
 			c := newUserClient(t, m, tc.user, tc.password)
 			lw := etcdmirror.New(c, "/p/", etcdmirror.Options{})
 
-			_, err := lw.List(ctx, mirror.ListOptions{})
+			_, err := lw.List(ctx, source.ListOptions{})
 			require.ErrorIs(t, err, mirror.ErrPermanent, "list")
 			require.ErrorIs(t, err, tc.cause, "list")
 
-			w, err := lw.Watch(ctx, mirror.WatchOptions{})
+			w, err := lw.Watch(ctx, source.WatchOptions{})
 			if err == nil {
 				t.Cleanup(w.Stop)
 				_, err = nextErr(w)
 			}
 			require.ErrorIs(t, err, mirror.ErrPermanent, "watch")
 			require.ErrorIs(t, err, tc.cause, "watch")
-			assert.NotErrorIs(t, err, mirror.ErrUnavailable, "watch")
+			assert.NotErrorIs(t, err, source.ErrUnavailable, "watch")
 		})
 	}
 	t.Run("the reader's own prefix", func(t *testing.T) {
 		// The refusals above are about the prefix, not the credentials.
 		lw := etcdmirror.New(newUserClient(t, m, "reader", "pw"), "/other/", etcdmirror.Options{})
-		list, err := lw.List(ctx, mirror.ListOptions{})
+		list, err := lw.List(ctx, source.ListOptions{})
 		require.NoError(t, err)
-		w := watch(t, lw, mirror.WatchOptions{ResourceVersion: list.ResourceVersion})
+		w := watch(t, lw, source.WatchOptions{ResourceVersion: list.ResourceVersion})
 		_, err = newUserClient(t, m, "root", "rootpw").Put(ctx, "/other/k", "v")
 		require.NoError(t, err)
 		assert.Equal(t, "/other/k", next(t, w).Object.Key)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	etcdmirror "github.com/listwatch/mirror/adapters/etcd"
+	"github.com/listwatch/mirror/source"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -216,7 +217,7 @@ func (l *holdingLW) holding() chan struct{} {
 	return l.held
 }
 
-func (l *holdingLW) Watch(ctx context.Context, opts mirror.WatchOptions) (mirror.Watcher[etcdmirror.KV], error) {
+func (l *holdingLW) Watch(ctx context.Context, opts source.WatchOptions) (source.Watcher[etcdmirror.KV], error) {
 	w, err := l.ListWatcher.Watch(ctx, opts)
 	if err != nil {
 		return nil, err
@@ -225,11 +226,11 @@ func (l *holdingLW) Watch(ctx context.Context, opts mirror.WatchOptions) (mirror
 }
 
 type holdingWatcher struct {
-	mirror.Watcher[etcdmirror.KV]
+	source.Watcher[etcdmirror.KV]
 	lw *holdingLW
 }
 
-func (w *holdingWatcher) Next(ctx context.Context) (mirror.Event[etcdmirror.KV], error) {
+func (w *holdingWatcher) Next(ctx context.Context) (source.Event[etcdmirror.KV], error) {
 	held := w.lw.holding()
 	if held == nil {
 		ev, err := w.Watcher.Next(ctx)
@@ -243,10 +244,10 @@ func (w *holdingWatcher) Next(ctx context.Context) (mirror.Event[etcdmirror.KV],
 	select {
 	case <-held:
 	case <-ctx.Done():
-		return mirror.Event[etcdmirror.KV]{}, ctx.Err()
+		return source.Event[etcdmirror.KV]{}, ctx.Err()
 	}
 	w.Watcher.Stop()
-	return mirror.Event[etcdmirror.KV]{}, io.EOF
+	return source.Event[etcdmirror.KV]{}, io.EOF
 }
 
-var _ mirror.ChunkLister[etcdmirror.KV] = (*holdingLW)(nil)
+var _ source.ChunkLister[etcdmirror.KV] = (*holdingLW)(nil)

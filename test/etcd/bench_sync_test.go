@@ -10,6 +10,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	etcdmirror "github.com/listwatch/mirror/adapters/etcd"
+	"github.com/listwatch/mirror/source"
 )
 
 // defaultPageSize is the Reflector's default page size
@@ -86,11 +87,11 @@ func BenchmarkPagedSync(b *testing.B) {
 
 // pagedOnly shows a ListWatcher through List and Watch alone, hiding
 // ListChunks, so that a Reflector pages.
-type pagedOnly[T any] struct{ mirror.ListWatcher[T] }
+type pagedOnly[T any] struct{ source.ListWatcher[T] }
 
 // benchInformerSync runs ops that each sync a new informer over lw, which
 // lists n keys, and stops it once measured.
-func benchInformerSync(b *testing.B, lw mirror.ListWatcher[etcdmirror.KV], n int, lwo mirror.ListWatchOptions) {
+func benchInformerSync(b *testing.B, lw source.ListWatcher[etcdmirror.KV], n int, lwo mirror.ListWatchOptions) {
 	var m opMeter
 	b.ReportAllocs()
 	for b.Loop() {

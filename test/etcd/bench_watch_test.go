@@ -11,6 +11,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	etcdmirror "github.com/listwatch/mirror/adapters/etcd"
+	"github.com/listwatch/mirror/source"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -99,7 +100,7 @@ func BenchmarkWatchApply(b *testing.B) {
 			wg.Wait()
 		}()
 		lw := etcdmirror.New(c, prefix, etcdmirror.Options{})
-		list, err := lw.List(ctx, mirror.ListOptions{})
+		list, err := lw.List(ctx, source.ListOptions{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -107,7 +108,7 @@ func BenchmarkWatchApply(b *testing.B) {
 		for _, o := range list.Items {
 			mirrored[o.Key] = o
 		}
-		w, err := lw.Watch(ctx, mirror.WatchOptions{ResourceVersion: list.ResourceVersion, AllowBookmarks: true})
+		w, err := lw.Watch(ctx, source.WatchOptions{ResourceVersion: list.ResourceVersion, AllowBookmarks: true})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -122,9 +123,9 @@ func BenchmarkWatchApply(b *testing.B) {
 					return
 				}
 				switch ev.Type {
-				case mirror.EventDeleted:
+				case source.Deleted:
 					delete(mirrored, ev.Object.Key)
-				case mirror.EventAdded, mirror.EventModified:
+				case source.Added, source.Updated:
 					mirrored[ev.Object.Key] = ev.Object
 					if r := cur.Load(); r != nil {
 						r.applied(ev.Object.Value)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/require"
 )
 
@@ -83,14 +84,14 @@ func (p *loadProbe[T]) result() loadProbeResult[T] {
 	return loadProbeResult[T]{rv: p.rv, objs: objs}
 }
 
-func (p *loadProbe[T]) List(context.Context, mirror.ListOptions) (mirror.ListResult[T], error) {
+func (p *loadProbe[T]) List(context.Context, source.ListOptions) (source.ListResult[T], error) {
 	p.mu.Lock()
 	p.listed = true
 	p.mu.Unlock()
-	return mirror.ListResult[T]{ResourceVersion: "1"}, nil
+	return source.ListResult[T]{ResourceVersion: "1"}, nil
 }
 
-func (p *loadProbe[T]) Watch(ctx context.Context, opts mirror.WatchOptions) (mirror.Watcher[T], error) {
+func (p *loadProbe[T]) Watch(ctx context.Context, opts source.WatchOptions) (source.Watcher[T], error) {
 	p.mu.Lock()
 	if p.rv == "" && !p.listed {
 		p.rv = opts.ResourceVersion
@@ -105,12 +106,12 @@ type quietWatcher[T any] struct {
 	stopped chan struct{}
 }
 
-func (w *quietWatcher[T]) Next(ctx context.Context) (mirror.Event[T], error) {
+func (w *quietWatcher[T]) Next(ctx context.Context) (source.Event[T], error) {
 	select {
 	case <-ctx.Done():
-		return mirror.Event[T]{}, ctx.Err()
+		return source.Event[T]{}, ctx.Err()
 	case <-w.stopped:
-		return mirror.Event[T]{}, io.EOF
+		return source.Event[T]{}, io.EOF
 	}
 }
 

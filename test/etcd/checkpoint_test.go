@@ -10,6 +10,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	etcdmirror "github.com/listwatch/mirror/adapters/etcd"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -221,7 +222,7 @@ func TestCheckpoint_RestartTellsHandlersExactlyTheChangesMadeWhileDown(t *testin
 				if compacted {
 					assert.Equal(t, int64(1), stats.Lists, "one relist, for the compacted revision")
 					assert.Equal(t, int64(len(after)), stats.ListKeys)
-					assert.True(t, second.errs.has(mirror.ErrExpired), "the watch from the checkpoint's revision")
+					assert.True(t, second.errs.has(source.ErrExpired), "the watch from the checkpoint's revision")
 				} else {
 					assert.Zero(t, stats.Lists, "no list while etcd has the checkpoint's revision")
 					assert.Zero(t, stats.ListRequests)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	etcdmirror "github.com/listwatch/mirror/adapters/etcd"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -56,7 +57,7 @@ func TestCheckpoint_WrittenWhileTransactionsStreamInHoldsWholeTransactions(t *te
 				ErrorHandler: func(err error) {
 					// fastOptions' short timeouts trip on a loaded machine;
 					// a watch opened again is not the point.
-					assert.ErrorIs(t, err, mirror.ErrUnavailable)
+					assert.ErrorIs(t, err, source.ErrUnavailable)
 				},
 				Checkpoint: mirror.CheckpointOptions[etcdmirror.KV]{Path: path, Interval: time.Millisecond, Identity: identity},
 			})

@@ -17,6 +17,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	etcdmirror "github.com/listwatch/mirror/adapters/etcd"
+	"github.com/listwatch/mirror/source"
 )
 
 // kvInput is one operation of the linearizability check: a put of value
@@ -221,7 +222,7 @@ func TestConsistent_ProgressRequestMakesAQuietPrefixCurrent(t *testing.T) {
 		require.NoError(t, err)
 		_, err = inf.Consistent(ctx, mirror.ConsistentOptions{})
 		require.NoError(t, err, "round %d", i)
-		cmp, err := mirror.CompareDecimalVersions(inf.Freshness().ResourceVersion, cur)
+		cmp, err := source.CompareDecimalVersions(inf.Freshness().ResourceVersion, cur)
 		require.NoError(t, err)
 		assert.GreaterOrEqual(t, cmp, 0, "the cache reached the version current before the read")
 	}

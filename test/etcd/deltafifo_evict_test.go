@@ -7,6 +7,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	etcdmirror "github.com/listwatch/mirror/adapters/etcd"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -83,7 +84,7 @@ func TestDeltaFIFO_KeyDeletedAfterItsValueStoppedDecodingIsStillAnUnknownDeletio
 				}
 			}
 			require.Len(t, deletions, 1, "one deletion: %+v", deltas)
-			assert.True(t, deletions[0].Tombstone,
+			assert.True(t, deletions[0].FinalStateUnknown,
 				"the key left the mirror when its value stopped decoding; the deletion after that removed no state the mirror held: %+v", deltas)
 			assert.Equal(t, held[0], deletions[0].Object, "the deletion carries the last state the mirror held")
 		})
@@ -91,7 +92,7 @@ func TestDeltaFIFO_KeyDeletedAfterItsValueStoppedDecodingIsStillAnUnknownDeletio
 }
 
 // mustList lists every object of lw, which must decode.
-func mustList[T any](t *testing.T, lw mirror.ListWatcher[T]) []T {
+func mustList[T any](t *testing.T, lw source.ListWatcher[T]) []T {
 	t.Helper()
 	res := listAll(t, lw, "", 0)
 	require.Empty(t, res.Skipped)

@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/listwatch/mirror"
 	etcdmirror "github.com/listwatch/mirror/adapters/etcd"
+	"github.com/listwatch/mirror/source"
 )
 
 // proxyOptions are the mirror's options through the gRPC proxy: silence
@@ -81,7 +81,7 @@ func TestGRPCProxy_MirrorListsWatchesDetectsSilenceAndConverges(t *testing.T) {
 	// A quiet prefix is not a silent source: the members' progress
 	// notifications come through the proxy.
 	watches := lw.Stats().Watches
-	require.Never(t, func() bool { return log.has(mirror.ErrUnavailable) }, 4*proxyOptions.ProgressInterval, 20*time.Millisecond,
+	require.Never(t, func() bool { return log.has(source.ErrUnavailable) }, 4*proxyOptions.ProgressInterval, 20*time.Millisecond,
 		"a quiet prefix through the proxy is not taken for a silent one")
 	assert.Equal(t, watches, lw.Stats().Watches, "the watch stays open")
 
@@ -98,7 +98,7 @@ func TestGRPCProxy_MirrorListsWatchesDetectsSilenceAndConverges(t *testing.T) {
 	// The proxy itself stops answering: the mirror says so within its
 	// bound, and converges once the proxy is back.
 	p.front.Pause()
-	require.Eventually(t, func() bool { return log.has(mirror.ErrUnavailable) }, convergeTimeout, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return log.has(source.ErrUnavailable) }, convergeTimeout, 10*time.Millisecond,
 		"a silent proxy is noticed")
 	_, err := p.direct.Put(ctx, nthKey(prefix, 250), "while the proxy was paused")
 	require.NoError(t, err)
@@ -127,7 +127,7 @@ func TestGRPCProxy_MirrorListsWatchesDetectsSilenceAndConverges(t *testing.T) {
 	p.front.Resume()
 
 	requireInformerConverged(t, p.direct, prefix, inf, handlers)
-	assert.True(t, log.has(mirror.ErrExpired), "the watch found its revision compacted")
+	assert.True(t, log.has(source.ErrExpired), "the watch found its revision compacted")
 	assert.Positive(t, inf.Stats().Reflector.Relists)
 	got := make(map[string]int)
 	for _, call := range handlers[0].deleteCalls() {
@@ -154,7 +154,7 @@ func TestGRPCProxy_WithoutMemberProgressNotificationsAQuietPrefixIsReWatchedNotR
 
 	lw := etcdmirror.New(p.client, prefix, proxyOptions)
 	inf, handlers, log := startInformer(t, lw, 1)
-	require.Eventually(t, func() bool { return log.has(mirror.ErrUnavailable) }, convergeTimeout, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return log.has(source.ErrUnavailable) }, convergeTimeout, 10*time.Millisecond,
 		"the proxy answers no progress request")
 	_, err := p.direct.Put(ctx, nthKey(prefix, 3), "changed")
 	require.NoError(t, err)

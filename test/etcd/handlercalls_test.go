@@ -9,6 +9,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	etcdmirror "github.com/listwatch/mirror/adapters/etcd"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -138,7 +139,7 @@ type runningInformer[T any] struct {
 }
 
 // runInformer starts an informer of lw with opts.
-func runInformer[T any](lw mirror.ListWatcher[etcdmirror.Object[T]], opts mirror.InformerOptions[string, etcdmirror.Object[T]]) (*runningInformer[T], error) {
+func runInformer[T any](lw source.ListWatcher[etcdmirror.Object[T]], opts mirror.InformerOptions[string, etcdmirror.Object[T]]) (*runningInformer[T], error) {
 	r := &runningInformer[T]{
 		inf:   mirror.NewInformer(lw, opts),
 		calls: &callLog[T]{},

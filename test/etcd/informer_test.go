@@ -12,6 +12,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	etcdmirror "github.com/listwatch/mirror/adapters/etcd"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -86,7 +87,7 @@ type etcdInformer[T any] = mirror.Informer[string, etcdmirror.Object[T]]
 // handlers, registered before Run, until the test ends, and waits until
 // it and every handler have synced. Its pauses are short, so that tests
 // recover quickly; what it reports goes to the returned errorLog.
-func startInformer[T any](t *testing.T, lw mirror.ListWatcher[etcdmirror.Object[T]], handlers int) (*etcdInformer[T], []*handlerRecord[T], *errorLog) {
+func startInformer[T any](t *testing.T, lw source.ListWatcher[etcdmirror.Object[T]], handlers int) (*etcdInformer[T], []*handlerRecord[T], *errorLog) {
 	t.Helper()
 	log := &errorLog{}
 	inf := mirror.NewInformer(lw, mirror.InformerOptions[string, etcdmirror.Object[T]]{
@@ -204,12 +205,12 @@ func TestInformer_CompactionWhileDisconnectedRelistsAndEachHandlerGetsOneUnknown
 			require.NoError(t, err)
 			_, err = direct.Compact(ctx, d.Header.Revision, clientv3.WithCompactPhysical())
 			require.NoError(t, err)
-			require.Eventually(t, func() bool { return log.has(mirror.ErrUnavailable) }, convergeTimeout, 10*time.Millisecond,
+			require.Eventually(t, func() bool { return log.has(source.ErrUnavailable) }, convergeTimeout, 10*time.Millisecond,
 				"the informer notices the cut")
 			p.Resume()
 
 			requireInformerConverged(t, direct, "/ioff/", inf, handlers)
-			assert.True(t, log.has(mirror.ErrExpired), "the watch found its revision compacted")
+			assert.True(t, log.has(source.ErrExpired), "the watch found its revision compacted")
 			assert.Positive(t, inf.Stats().Reflector.Relists)
 			for i, h := range handlers {
 				got := make(map[string]int)
@@ -291,11 +292,11 @@ func TestInformer_DecodeFailureIsReportedWithItsKeySkippedAndALaterGoodValueIsMi
 
 // gatedWatch holds every Watch of its ListWatcher until open is closed.
 type gatedWatch[T any] struct {
-	mirror.ListWatcher[T]
+	source.ListWatcher[T]
 	open chan struct{}
 }
 
-func (g gatedWatch[T]) Watch(ctx context.Context, opts mirror.WatchOptions) (mirror.Watcher[T], error) {
+func (g gatedWatch[T]) Watch(ctx context.Context, opts source.WatchOptions) (source.Watcher[T], error) {
 	select {
 	case <-g.open:
 	case <-ctx.Done():
@@ -442,7 +443,7 @@ func TestInformer_RunReturnsAfterCancelAndLeavesNoGoroutine(t *testing.T) {
 // through the watch, the same change must leave the cache in the same
 // state, not holding the key's previous value for good: otherwise what the
 // mirror holds depends on how it heard of the change. (It did, until the
-// adapter's EventError for the put named the key for the mirror to evict.)
+// adapter's source.Error for the put named the key for the mirror to evict.)
 func TestInformer_ValueThatStopsDecodingLeavesTheCacheAsARelistWould(t *testing.T) {
 	t.Parallel()
 	m := startEtcd(t)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	etcdmirror "github.com/listwatch/mirror/adapters/etcd"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -17,11 +18,11 @@ import (
 
 // listAll reads every page of a list and checks that they all name the
 // same revision.
-func listAll[T any](t testing.TB, lw mirror.ListWatcher[T], rv string, limit int64) mirror.ListResult[T] {
+func listAll[T any](t testing.TB, lw source.ListWatcher[T], rv string, limit int64) source.ListResult[T] {
 	t.Helper()
 	ctx := context.Background()
-	var all mirror.ListResult[T]
-	opts := mirror.ListOptions{ResourceVersion: rv, Limit: limit}
+	var all source.ListResult[T]
+	opts := source.ListOptions{ResourceVersion: rv, Limit: limit}
 	for {
 		page, err := lw.List(ctx, opts)
 		require.NoError(t, err)
@@ -104,7 +105,7 @@ func TestList_PagesPinnedToFirstRevisionWhileWritersRun(t *testing.T) {
 		}
 	})
 
-	opts := mirror.ListOptions{Limit: 9_000}
+	opts := source.ListOptions{Limit: 9_000}
 	var items []etcdmirror.KV
 	var rv string
 	pages := 0
@@ -145,7 +146,7 @@ func TestList_ResourceVersionSelectsTheRead(t *testing.T) {
 
 	for _, rv := range []string{"", "0", strconv.FormatInt(rev, 10), "1"} {
 		t.Run("rv="+rv, func(t *testing.T) {
-			res, err := lw.List(ctx, mirror.ListOptions{ResourceVersion: rv})
+			res, err := lw.List(ctx, source.ListOptions{ResourceVersion: rv})
 			require.NoError(t, err)
 			assert.Equal(t, strconv.FormatInt(rev, 10), res.ResourceVersion, "served at the newest revision")
 			assert.Len(t, res.Items, 10)
@@ -153,13 +154,13 @@ func TestList_ResourceVersionSelectsTheRead(t *testing.T) {
 		})
 	}
 	t.Run("future", func(t *testing.T) {
-		_, err := lw.List(ctx, mirror.ListOptions{ResourceVersion: strconv.FormatInt(rev+1000, 10)})
-		require.ErrorIs(t, err, mirror.ErrTooLargeResourceVersion)
+		_, err := lw.List(ctx, source.ListOptions{ResourceVersion: strconv.FormatInt(rev+1000, 10)})
+		require.ErrorIs(t, err, source.ErrTooLargeResourceVersion)
 	})
 	t.Run("malformed", func(t *testing.T) {
-		_, err := lw.List(ctx, mirror.ListOptions{ResourceVersion: "abc"})
+		_, err := lw.List(ctx, source.ListOptions{ResourceVersion: "abc"})
 		require.Error(t, err)
-		_, err = lw.List(ctx, mirror.ListOptions{Continue: "!!"})
+		_, err = lw.List(ctx, source.ListOptions{Continue: "!!"})
 		require.Error(t, err)
 	})
 }
@@ -171,7 +172,7 @@ func TestList_ContinueAfterCompactionIsExpired(t *testing.T) {
 	lw := etcdmirror.New(c, "/cmp/", etcdmirror.Options{})
 	ctx := context.Background()
 
-	first, err := lw.List(ctx, mirror.ListOptions{Limit: 3})
+	first, err := lw.List(ctx, source.ListOptions{Limit: 3})
 	require.NoError(t, err)
 	require.NotEmpty(t, first.Continue)
 	put, err := c.Put(ctx, "/cmp/later", "x")
@@ -179,8 +180,8 @@ func TestList_ContinueAfterCompactionIsExpired(t *testing.T) {
 	_, err = c.Compact(ctx, put.Header.Revision, clientv3.WithCompactPhysical())
 	require.NoError(t, err)
 
-	_, err = lw.List(ctx, mirror.ListOptions{Limit: 3, Continue: first.Continue})
-	require.ErrorIs(t, err, mirror.ErrExpired)
+	_, err = lw.List(ctx, source.ListOptions{Limit: 3, Continue: first.Continue})
+	require.ErrorIs(t, err, source.ErrExpired)
 	require.ErrorContains(t, err, "compacted", "etcd's own error stays visible")
 }
 
@@ -225,10 +226,10 @@ func TestList_UnreachableMemberIsUnavailable(t *testing.T) {
 	p := newProxy(t, m.cliURL.Host)
 	c := newClient(t, p.endpoint())
 	lw := etcdmirror.New(c, "/u/", etcdmirror.Options{RequestTimeout: 300 * time.Millisecond})
-	_, err := lw.List(context.Background(), mirror.ListOptions{})
+	_, err := lw.List(context.Background(), source.ListOptions{})
 	require.NoError(t, err)
 
 	p.Cut()
-	_, err = lw.List(context.Background(), mirror.ListOptions{})
-	require.ErrorIs(t, err, mirror.ErrUnavailable)
+	_, err = lw.List(context.Background(), source.ListOptions{})
+	require.ErrorIs(t, err, source.ErrUnavailable)
 }

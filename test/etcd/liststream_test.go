@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/listwatch/mirror"
 	etcdmirror "github.com/listwatch/mirror/adapters/etcd"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -24,12 +24,12 @@ import (
 // listChunks reads a whole list with ListChunks and returns its items, the
 // size of each chunk and the list's version, checking that every chunk
 // names the same version.
-func listChunks[T any](t testing.TB, lw mirror.ChunkLister[T], opts mirror.ListOptions, each func()) ([]T, []int, string, error) {
+func listChunks[T any](t testing.TB, lw source.ChunkLister[T], opts source.ListOptions, each func()) ([]T, []int, string, error) {
 	t.Helper()
 	var items []T
 	var sizes []int
 	var rv string
-	err := lw.ListChunks(context.Background(), opts, func(c mirror.ListResult[T]) error {
+	err := lw.ListChunks(context.Background(), opts, func(c source.ListResult[T]) error {
 		if rv == "" {
 			rv = c.ResourceVersion
 		}
@@ -72,7 +72,7 @@ func TestListChunks_StreamIsTheStateAtItsRevisionWhileWritersRun(t *testing.T) {
 		}
 	})
 	n := 0
-	items, sizes, rv, err := listChunks(t, lw, mirror.ListOptions{}, func() {
+	items, sizes, rv, err := listChunks(t, lw, source.ListOptions{}, func() {
 		n++
 		_, err := c.Put(ctx, fmt.Sprintf("/big/paced-%d", n), "new")
 		assert.NoError(t, err)
@@ -114,7 +114,7 @@ func TestListChunks_CompactionDuringTheStreamIsExpired(t *testing.T) {
 	ctx := context.Background()
 
 	chunks := 0
-	_, _, _, err := listChunks(t, lw, mirror.ListOptions{}, func() {
+	_, _, _, err := listChunks(t, lw, source.ListOptions{}, func() {
 		chunks++
 		if chunks > 1 {
 			return
@@ -126,7 +126,7 @@ func TestListChunks_CompactionDuringTheStreamIsExpired(t *testing.T) {
 		_, err = c.Compact(ctx, put.Header.Revision)
 		require.NoError(t, err)
 	})
-	require.ErrorIs(t, err, mirror.ErrExpired)
+	require.ErrorIs(t, err, source.ErrExpired)
 	require.ErrorContains(t, err, "compacted", "etcd's own error stays visible")
 }
 
@@ -138,7 +138,7 @@ func TestListChunks_MemberThatStopsAnsweringMidStreamIsUnavailable(t *testing.T)
 	lw := etcdmirror.New(c, "/pause/", etcdmirror.Options{RequestTimeout: timeout})
 
 	chunks := 0
-	_, _, _, err := listChunks(t, lw, mirror.ListOptions{}, func() {
+	_, _, _, err := listChunks(t, lw, source.ListOptions{}, func() {
 		chunks++
 		if chunks > 1 {
 			return
@@ -146,7 +146,7 @@ func TestListChunks_MemberThatStopsAnsweringMidStreamIsUnavailable(t *testing.T)
 		require.NoError(t, m.Pause())
 	})
 	require.NoError(t, m.Resume())
-	require.ErrorIs(t, err, mirror.ErrUnavailable, "the list ends instead of hanging")
+	require.ErrorIs(t, err, source.ErrUnavailable, "the list ends instead of hanging")
 }
 
 // startGRPCProxy serves etcd's gRPC proxy (KV and Watch) in front of c on
@@ -180,7 +180,7 @@ func TestListChunks_ThroughTheGRPCProxyListsInPages(t *testing.T) {
 	lw := etcdmirror.New(c, "/px/", etcdmirror.Options{})
 
 	for range 2 { // the second list pages at once
-		items, sizes, rv, err := listChunks(t, lw, mirror.ListOptions{Limit: 10}, nil)
+		items, sizes, rv, err := listChunks(t, lw, source.ListOptions{Limit: 10}, nil)
 		require.NoError(t, err)
 		assert.Equal(t, []int{10, 10, 5}, sizes, "pages of opts.Limit")
 		assert.Equal(t, kvsAt(t, backend, "/px/", mustRev(t, rv)), items)

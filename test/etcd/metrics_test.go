@@ -13,6 +13,7 @@ import (
 	"github.com/listwatch/mirror"
 	etcdmirror "github.com/listwatch/mirror/adapters/etcd"
 	"github.com/listwatch/mirror/adapters/mirrorprom"
+	"github.com/listwatch/mirror/source"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/common/expfmt"
@@ -191,7 +192,7 @@ func TestMetrics_EtcdCutsAndCompactionMoveRestartsRelistsAndStaleness(t *testing
 			srv.eventually(t, func(v float64) bool { return v == float64(d.Header.Revision) },
 				"the cache is at etcd's revision", "mirror_cache_resource_version")
 			assert.Equal(t, 41.0, srv.get(t, "mirror_cache_objects"))
-			assert.True(t, log.has(mirror.ErrExpired))
+			assert.True(t, log.has(source.ErrExpired))
 		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	etcdmirror "github.com/listwatch/mirror/adapters/etcd"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -87,7 +88,7 @@ func TestNewInformer_RelistAfterCompactionReportsOnlyChangesAndARecreatedKeyAsDe
 	require.NoError(t, err)
 	_, err = direct.Compact(ctx, d.Header.Revision, clientv3.WithCompactPhysical())
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return log.has(mirror.ErrUnavailable) }, convergeTimeout, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return log.has(source.ErrUnavailable) }, convergeTimeout, 10*time.Millisecond,
 		"the informer notices the cut")
 	p.Resume()
 
@@ -110,5 +111,5 @@ func TestNewInformer_RelistAfterCompactionReportsOnlyChangesAndARecreatedKeyAsDe
 	}, got, "no update for the 997 keys that did not change")
 	assert.Less(t, slices.Index(got, "delete /ni/00000002 v2 unknown=true"), slices.Index(got, "add /ni/00000002 again"),
 		"the re-created key: delete, then add")
-	assert.True(t, log.has(mirror.ErrExpired), "the watch found its revision compacted")
+	assert.True(t, log.has(source.ErrExpired), "the watch found its revision compacted")
 }

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/require"
 )
 
@@ -171,14 +171,14 @@ func measureFailover(t *testing.T, cl *procCluster, i int, o outage) failoverRes
 	res.mirror, res.mirrorLate = since(seen[0])
 	res.raw, res.rawLate = since(seen[1])
 
-	if at, ok := fresh.log.firstErr(fault, mirror.ErrUnavailable); ok {
+	if at, ok := fresh.log.firstErr(fault, source.ErrUnavailable); ok {
 		res.detect = at.Sub(fault)
 	}
 	if at, ok := fresh.freshnessChange(fault, true); ok {
 		res.detectFresh = at.Sub(fault)
 	}
 	for _, e := range fresh.log.errsSince(fault) {
-		if (res.mirror < 0 || e.at.Sub(fault) < res.mirror) && errors.Is(e.err, mirror.ErrUnavailable) {
+		if (res.mirror < 0 || e.at.Sub(fault) < res.mirror) && errors.Is(e.err, source.ErrUnavailable) {
 			res.unavailable++
 		}
 	}

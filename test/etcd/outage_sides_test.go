@@ -17,6 +17,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	etcdmirror "github.com/listwatch/mirror/adapters/etcd"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -390,7 +391,7 @@ func (m *mirrorWatch) poll(ctx context.Context) {
 }
 
 // freshnessChange returns when Freshness was first seen, from from on, to
-// hold an error wrapping mirror.ErrUnavailable (failed) or no error (not
+// hold an error wrapping source.ErrUnavailable (failed) or no error (not
 // failed), if it was.
 func (m *mirrorWatch) freshnessChange(from time.Time, failed bool) (time.Time, bool) {
 	m.mu.Lock()
@@ -399,7 +400,7 @@ func (m *mirrorWatch) freshnessChange(from time.Time, failed bool) (time.Time, b
 		if s.at.Before(from) || s.failed != failed {
 			continue
 		}
-		if failed && !errors.Is(s.err, mirror.ErrUnavailable) {
+		if failed && !errors.Is(s.err, source.ErrUnavailable) {
 			continue
 		}
 		return s.at, true

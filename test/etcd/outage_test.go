@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -68,7 +68,7 @@ type outageResult struct {
 	// how long the restart took, until the member served.
 	down, restart time.Duration
 	// detect is, for the fresh mirror, the time from the fault to the
-	// first error wrapping mirror.ErrUnavailable given to its error
+	// first error wrapping source.ErrUnavailable given to its error
 	// handler; detectFresh to Freshness.Err holding one. detectedLate
 	// says it came after the member was back.
 	detect, detectFresh time.Duration
@@ -228,7 +228,7 @@ func measureOutage(t *testing.T, m *procMember, i int, o outage, long *mirrorWat
 	res.mirrorConn, res.rawConn = fresh.conn.readyAfter(back), freshRaw.conn.readyAfter(back)
 	res.longMirrorConn, res.longRawConn = long.conn.readyAfter(back), longRaw.conn.readyAfter(back)
 
-	if at, ok := fresh.log.firstErr(fault, mirror.ErrUnavailable); ok {
+	if at, ok := fresh.log.firstErr(fault, source.ErrUnavailable); ok {
 		res.detect, res.detectedLate = at.Sub(fault), at.After(back)
 	}
 	if at, ok := fresh.freshnessChange(fault, true); ok {

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/listwatch/mirror"
 	etcdmirror "github.com/listwatch/mirror/adapters/etcd"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -63,7 +63,7 @@ func TestInformer_KeyRecreatedWhileCutOffFromThreeMembersIsOneDeleteThenOneAdd(t
 			mark := r.calls.len()
 
 			p.Cut()
-			require.Eventually(t, func() bool { return log.has(mirror.ErrUnavailable) }, convergeTimeout, 10*time.Millisecond,
+			require.Eventually(t, func() bool { return log.has(source.ErrUnavailable) }, convergeTimeout, 10*time.Millisecond,
 				"the informer notices the cut")
 			put := func(k, v string) {
 				t.Helper()
@@ -121,7 +121,7 @@ func TestInformer_KeyRecreatedWhileCutOffFromThreeMembersIsOneDeleteThenOneAdd(t
 
 			after, rev := getKVs(t, others, prefix)
 			requireMirrored(t, r, after, rev)
-			assert.True(t, log.has(mirror.ErrExpired), "the watch found its revision compacted")
+			assert.True(t, log.has(source.ErrExpired), "the watch found its revision compacted")
 			assert.Positive(t, r.inf.Stats().Reflector.Relists, "the informer relisted")
 
 			calls := r.calls.all()[mark:]

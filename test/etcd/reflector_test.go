@@ -12,6 +12,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	etcdmirror "github.com/listwatch/mirror/adapters/etcd"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -99,7 +100,7 @@ func (l *errorLog) all() []error {
 // startMirror runs a Reflector of lw into a new recordingStore until the
 // test ends, with short pauses so that tests recover quickly, and returns
 // it with its store and what it reports.
-func startMirror[T any](t *testing.T, lw mirror.ListWatcher[etcdmirror.Object[T]]) (*mirror.Reflector[etcdmirror.Object[T]], *recordingStore[T], *errorLog) {
+func startMirror[T any](t *testing.T, lw source.ListWatcher[etcdmirror.Object[T]]) (*mirror.Reflector[etcdmirror.Object[T]], *recordingStore[T], *errorLog) {
 	t.Helper()
 	store, log := newRecordingStore[T](), &errorLog{}
 	r := mirror.NewReflector(lw, store, mirror.ReflectorOptions{
@@ -219,13 +220,13 @@ func TestReflector_CompactionWhileDisconnectedRelistsWithOneDeletePerDeletedKey(
 	require.NoError(t, err)
 	_, err = direct.Compact(ctx, d.Header.Revision, clientv3.WithCompactPhysical())
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { return log.has(mirror.ErrUnavailable) }, convergeTimeout, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return log.has(source.ErrUnavailable) }, convergeTimeout, 10*time.Millisecond,
 		"the mirror notices the cut")
 	p.Resume()
 
 	requireConverged(t, direct, "/off/", r, store)
 	assert.Equal(t, deleted, store.deleteCounts(), "exactly one delete per key deleted while cut")
-	assert.True(t, log.has(mirror.ErrExpired), "the watch found its revision compacted")
+	assert.True(t, log.has(source.ErrExpired), "the watch found its revision compacted")
 	assert.Positive(t, r.Stats().Relists)
 }
 
@@ -265,7 +266,7 @@ func TestReflector_MemberRestartedFromItsDataDirConverges(t *testing.T) {
 	requireConverged(t, c, "/rs/", r, store)
 
 	m.close()
-	require.Eventually(t, func() bool { return log.has(mirror.ErrUnavailable) }, convergeTimeout, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return log.has(source.ErrUnavailable) }, convergeTimeout, 10*time.Millisecond)
 	m.restart(t)
 	for i := range 10 {
 		_, err := c.Delete(ctx, fmt.Sprintf("/rs/%08d", i))

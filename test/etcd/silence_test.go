@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/listwatch/mirror"
 	etcdmirror "github.com/listwatch/mirror/adapters/etcd"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -32,8 +32,8 @@ var silenceOptions = etcdmirror.Options{ProgressInterval: 200 * time.Millisecond
 
 // watchResults runs w.Next until it fails: events other than bookmarks go
 // to the first channel, the error to the second.
-func watchResults[T any](w mirror.Watcher[T]) (<-chan mirror.Event[T], <-chan error) {
-	events, errs := make(chan mirror.Event[T], 16), make(chan error, 1)
+func watchResults[T any](w source.Watcher[T]) (<-chan source.Event[T], <-chan error) {
+	events, errs := make(chan source.Event[T], 16), make(chan error, 1)
 	go func() {
 		for {
 			ev, err := w.Next(context.Background())
@@ -41,7 +41,7 @@ func watchResults[T any](w mirror.Watcher[T]) (<-chan mirror.Event[T], <-chan er
 				errs <- err
 				return
 			}
-			if ev.Type != mirror.EventBookmark {
+			if ev.Type != source.Bookmark {
 				events <- ev
 			}
 		}
@@ -79,7 +79,7 @@ func TestWatch_SilentMemberEndsWithUnavailableAndANewWatchMissesNothing(t *testi
 				ctx := context.Background()
 				lw := etcdmirror.New(c, "/quiet/", silenceOptions)
 				last := rvOf(currentRev(t, direct))
-				w := watch(t, lw, mirror.WatchOptions{ResourceVersion: last, AllowBookmarks: true})
+				w := watch(t, lw, source.WatchOptions{ResourceVersion: last, AllowBookmarks: true})
 				events, errs := watchResults(w)
 				if !idle {
 					put, err := direct.Put(ctx, "/quiet/a", "1")
@@ -97,14 +97,14 @@ func TestWatch_SilentMemberEndsWithUnavailableAndANewWatchMissesNothing(t *testi
 				_, err := direct.Put(ctx, "/quiet/b", "2")
 				require.NoError(t, err)
 				err = requireEnds(t, errs)
-				require.ErrorIs(t, err, mirror.ErrUnavailable)
+				require.ErrorIs(t, err, source.ErrUnavailable)
 				assert.Empty(t, events, "nothing came through the frozen member")
 
-				_, err = lw.Watch(ctx, mirror.WatchOptions{ResourceVersion: last})
-				require.ErrorIs(t, err, mirror.ErrUnavailable, "no new watch while frozen")
+				_, err = lw.Watch(ctx, source.WatchOptions{ResourceVersion: last})
+				require.ErrorIs(t, err, source.ErrUnavailable, "no new watch while frozen")
 
 				p.Resume()
-				w = watchRetrying(t, lw, mirror.WatchOptions{ResourceVersion: last})
+				w = watchRetrying(t, lw, source.WatchOptions{ResourceVersion: last})
 				ev := next(t, w)
 				assert.Equal(t, "/quiet/b", ev.Object.Key, "the put made meanwhile arrives")
 			})
@@ -145,10 +145,10 @@ func TestWatch_EndedBySilenceLeavesNoGoroutineOfTheAdapter(t *testing.T) {
 			require.Empty(t, adapterGoroutines(), "none before")
 
 			lw := etcdmirror.New(c, "/quiet/", silenceOptions)
-			w := watch(t, lw, mirror.WatchOptions{ResourceVersion: rvOf(currentRev(t, c)), AllowBookmarks: true})
+			w := watch(t, lw, source.WatchOptions{ResourceVersion: rvOf(currentRev(t, c)), AllowBookmarks: true})
 			_, errs := watchResults(w)
 			f.freeze(p)
-			require.ErrorIs(t, requireEnds(t, errs), mirror.ErrUnavailable)
+			require.ErrorIs(t, requireEnds(t, errs), source.ErrUnavailable)
 			require.Eventually(t, func() bool { return len(adapterGoroutines()) == 0 }, convergeTimeout, 10*time.Millisecond,
 				"the watch's goroutines end with it, although the member is still frozen")
 			p.Resume()

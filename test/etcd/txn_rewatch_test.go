@@ -10,6 +10,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	etcdmirror "github.com/listwatch/mirror/adapters/etcd"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -20,12 +21,12 @@ import (
 // connection ends them: the first after the first event marked More it
 // brings, the second after the second such event, up to cuts watches.
 type cutInsideChanges[T any] struct {
-	mirror.ListWatcher[T]
+	source.ListWatcher[T]
 	cuts int
 	made atomic.Int64 // watches cut so far
 }
 
-func (c *cutInsideChanges[T]) Watch(ctx context.Context, opts mirror.WatchOptions) (mirror.Watcher[T], error) {
+func (c *cutInsideChanges[T]) Watch(ctx context.Context, opts source.WatchOptions) (source.Watcher[T], error) {
 	w, err := c.ListWatcher.Watch(ctx, opts)
 	if err != nil {
 		return nil, err
@@ -34,15 +35,15 @@ func (c *cutInsideChanges[T]) Watch(ctx context.Context, opts mirror.WatchOption
 }
 
 type cutInsideChange[T any] struct {
-	mirror.Watcher[T]
+	source.Watcher[T]
 	lw      *cutInsideChanges[T]
 	more    int // events marked More so far
 	cutNext bool
 }
 
-func (w *cutInsideChange[T]) Next(ctx context.Context) (mirror.Event[T], error) {
+func (w *cutInsideChange[T]) Next(ctx context.Context) (source.Event[T], error) {
 	if w.cutNext {
-		return mirror.Event[T]{}, fmt.Errorf("%w: cut inside a transaction", mirror.ErrUnavailable)
+		return source.Event[T]{}, fmt.Errorf("%w: cut inside a transaction", source.ErrUnavailable)
 	}
 	ev, err := w.Watcher.Next(ctx)
 	if err == nil && ev.More {
@@ -79,7 +80,7 @@ func TestInformer_WatchCutInsideATransactionDeliversEachChangeOnce(t *testing.T)
 					InitialBackoff: 20 * time.Millisecond,
 					MaxBackoff:     200 * time.Millisecond,
 				},
-				ErrorHandler: func(err error) { assert.ErrorIs(t, err, mirror.ErrUnavailable) },
+				ErrorHandler: func(err error) { assert.ErrorIs(t, err, source.ErrUnavailable) },
 			})
 			h := &callLog[[]byte]{}
 			reg, err := inf.AddEventHandler(h, mirror.HandlerOptions{})

@@ -9,6 +9,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	etcdmirror "github.com/listwatch/mirror/adapters/etcd"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -53,7 +54,7 @@ func unreachableClient(t *testing.T, endpoint string) *clientv3.Client {
 // An informer of an endpoint it cannot connect to, with default options,
 // reports the first failure with its cause long before a request would
 // run out of the default RequestTimeout: to the ErrorHandler and in
-// Freshness().Err, as a transient failure (mirror.ErrUnavailable, never
+// Freshness().Err, as a transient failure (source.ErrUnavailable, never
 // mirror.ErrPermanent), so that the wait for sync goes on waiting.
 func TestInformer_UnreachableEndpointIsReportedSoonWithItsCause(t *testing.T) {
 	t.Parallel()
@@ -76,7 +77,7 @@ func TestInformer_UnreachableEndpointIsReportedSoonWithItsCause(t *testing.T) {
 				"no failure reported")
 			err := errs.all()[0]
 			t.Logf("first report: %v", err)
-			assert.ErrorIs(t, err, mirror.ErrUnavailable)
+			assert.ErrorIs(t, err, source.ErrUnavailable)
 			assert.NotErrorIs(t, err, mirror.ErrPermanent)
 			assert.ErrorContains(t, err, tc.cause)
 			assert.ErrorContains(t, err, `mirror: reflector "/unreachable/": `, "the informer is named after its prefix")
@@ -106,13 +107,13 @@ func TestWatch_UnreachableEndpointFailsSoonWithItsCause(t *testing.T) {
 			lw := etcdmirror.New(c, "/unreachable/", etcdmirror.Options{})
 			ctx, cancel := context.WithTimeout(context.Background(), reportBound)
 			defer cancel()
-			w, err := lw.Watch(ctx, mirror.WatchOptions{ResourceVersion: "7"})
+			w, err := lw.Watch(ctx, source.WatchOptions{ResourceVersion: "7"})
 			if w != nil {
 				w.Stop()
 			}
 			require.Error(t, err)
 			require.NoError(t, ctx.Err(), "the watch waited until the test's bound: %v", err)
-			assert.ErrorIs(t, err, mirror.ErrUnavailable)
+			assert.ErrorIs(t, err, source.ErrUnavailable)
 			assert.ErrorContains(t, err, tc.cause)
 			assert.True(t, strings.HasPrefix(err.Error(), `etcd: watch "/unreachable/"`), err.Error())
 		})

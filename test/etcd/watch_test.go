@@ -11,6 +11,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	etcdmirror "github.com/listwatch/mirror/adapters/etcd"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -21,20 +22,20 @@ import (
 // the test instead of hanging it.
 const eventTimeout = 20 * time.Second
 
-func next[T any](t testing.TB, w mirror.Watcher[T]) mirror.Event[T] {
+func next[T any](t testing.TB, w source.Watcher[T]) source.Event[T] {
 	t.Helper()
 	ev, err := nextErr(w)
 	require.NoError(t, err)
 	return ev
 }
 
-func nextErr[T any](w mirror.Watcher[T]) (mirror.Event[T], error) {
+func nextErr[T any](w source.Watcher[T]) (source.Event[T], error) {
 	ctx, cancel := context.WithTimeout(context.Background(), eventTimeout)
 	defer cancel()
 	return w.Next(ctx)
 }
 
-func watch[T any](t testing.TB, lw mirror.ListWatcher[T], opts mirror.WatchOptions) mirror.Watcher[T] {
+func watch[T any](t testing.TB, lw source.ListWatcher[T], opts source.WatchOptions) source.Watcher[T] {
 	t.Helper()
 	w, err := lw.Watch(context.Background(), opts)
 	require.NoError(t, err)
@@ -44,12 +45,12 @@ func watch[T any](t testing.TB, lw mirror.ListWatcher[T], opts mirror.WatchOptio
 
 // watchRetrying starts a watch, retrying while the source is unavailable
 // (as a Reflector does), for up to eventTimeout.
-func watchRetrying[T any](t testing.TB, lw mirror.ListWatcher[T], opts mirror.WatchOptions) mirror.Watcher[T] {
+func watchRetrying[T any](t testing.TB, lw source.ListWatcher[T], opts source.WatchOptions) source.Watcher[T] {
 	t.Helper()
 	deadline := time.Now().Add(eventTimeout)
 	for {
 		w, err := lw.Watch(context.Background(), opts)
-		if errors.Is(err, mirror.ErrUnavailable) && time.Now().Before(deadline) {
+		if errors.Is(err, source.ErrUnavailable) && time.Now().Before(deadline) {
 			continue
 		}
 		require.NoError(t, err)
@@ -74,7 +75,7 @@ func TestWatch_MapsPutsAndDeletesToEvents(t *testing.T) {
 	for _, prev := range []bool{false, true} {
 		t.Run(fmt.Sprintf("PrevValues=%v", prev), func(t *testing.T) {
 			lw := etcdmirror.New(c, "/w/", etcdmirror.Options{PrevValues: prev})
-			w := watch(t, lw, mirror.WatchOptions{ResourceVersion: rvOf(currentRev(t, c))})
+			w := watch(t, lw, source.WatchOptions{ResourceVersion: rvOf(currentRev(t, c))})
 
 			p1, err := c.Put(ctx, "/w/a", "1")
 			require.NoError(t, err)
@@ -88,16 +89,16 @@ func TestWatch_MapsPutsAndDeletesToEvents(t *testing.T) {
 			r1, r2, rd := p1.Header.Revision, p2.Header.Revision, d.Header.Revision
 			// A deletion carries the key alone, or with PrevValues the
 			// last state; either way at the deletion's revision.
-			deletion := mirror.Event[etcdmirror.KV]{Type: mirror.EventDeleted, ResourceVersion: rvOf(rd),
+			deletion := source.Event[etcdmirror.KV]{Type: source.Deleted, ResourceVersion: rvOf(rd),
 				Object: etcdmirror.KV{Key: "/w/a"}, KeyOnly: true}
 			if prev {
 				deletion.Object = etcdmirror.KV{Key: "/w/a", Value: []byte("2"), CreateRevision: r1, ModRevision: r2, Version: 2}
 				deletion.KeyOnly = false
 			}
-			want := []mirror.Event[etcdmirror.KV]{
-				{Type: mirror.EventAdded, ResourceVersion: rvOf(r1), Object: etcdmirror.KV{
+			want := []source.Event[etcdmirror.KV]{
+				{Type: source.Added, ResourceVersion: rvOf(r1), Object: etcdmirror.KV{
 					Key: "/w/a", Value: []byte("1"), CreateRevision: r1, ModRevision: r1, Version: 1}},
-				{Type: mirror.EventModified, ResourceVersion: rvOf(r2), Object: etcdmirror.KV{
+				{Type: source.Updated, ResourceVersion: rvOf(r2), Object: etcdmirror.KV{
 					Key: "/w/a", Value: []byte("2"), CreateRevision: r1, ModRevision: r2, Version: 2}},
 				deletion,
 			}
@@ -122,9 +123,9 @@ func TestWatch_DeleteWhosePreviousValueWasCompactedIsKeyOnlyEvenWithPrevValues(t
 	require.NoError(t, err)
 
 	lw := etcdmirror.New(c, "/pc/", etcdmirror.Options{PrevValues: true})
-	w := watch(t, lw, mirror.WatchOptions{ResourceVersion: rvOf(d.Header.Revision - 1)})
-	assert.Equal(t, mirror.Event[etcdmirror.KV]{
-		Type:            mirror.EventDeleted,
+	w := watch(t, lw, source.WatchOptions{ResourceVersion: rvOf(d.Header.Revision - 1)})
+	assert.Equal(t, source.Event[etcdmirror.KV]{
+		Type:            source.Deleted,
 		ResourceVersion: rvOf(d.Header.Revision),
 		Object:          etcdmirror.KV{Key: "/pc/k"},
 		KeyOnly:         true,
@@ -141,9 +142,9 @@ func TestWatch_FromCompactedRevisionIsExpired(t *testing.T) {
 	_, err := c.Compact(context.Background(), rev, clientv3.WithCompactPhysical())
 	require.NoError(t, err)
 
-	w := watch(t, etcdmirror.New(c, "/x/", etcdmirror.Options{}), mirror.WatchOptions{ResourceVersion: rvOf(rev - 3)})
+	w := watch(t, etcdmirror.New(c, "/x/", etcdmirror.Options{}), source.WatchOptions{ResourceVersion: rvOf(rev - 3)})
 	_, err = nextErr(w)
-	require.ErrorIs(t, err, mirror.ErrExpired)
+	require.ErrorIs(t, err, source.ErrExpired)
 	require.ErrorContains(t, err, "compacted")
 	_, again := nextErr(w)
 	require.Equal(t, err, again, "the error sticks")
@@ -157,7 +158,7 @@ func TestWatch_PutThatFailsToDecodeIsOneKeyOnlyError(t *testing.T) {
 		t.Run(fmt.Sprintf("PrevValues=%v", prev), func(t *testing.T) {
 			prefix := fmt.Sprintf("/d%v/", prev)
 			lw := etcdmirror.NewTyped(c, prefix, decodeInt, etcdmirror.Options{PrevValues: prev})
-			w := watch(t, lw, mirror.WatchOptions{ResourceVersion: rvOf(currentRev(t, c))})
+			w := watch(t, lw, source.WatchOptions{ResourceVersion: rvOf(currentRev(t, c))})
 
 			var revs []string
 			for _, kv := range [][2]string{{"a", "1"}, {"b", "bad"}, {"c", "3"}, {"a", "bad"}} {
@@ -169,25 +170,25 @@ func TestWatch_PutThatFailsToDecodeIsOneKeyOnlyError(t *testing.T) {
 			require.NoError(t, err)
 
 			type want struct {
-				typ     mirror.EventType
+				typ     source.EventType
 				key     string
 				value   int
 				keyOnly bool
 				rv      string
 			}
 			for i, exp := range []want{
-				{mirror.EventAdded, "a", 1, false, revs[0]},
-				{mirror.EventError, "b", 0, true, revs[1]},
-				{mirror.EventAdded, "c", 3, false, revs[2]},
-				{mirror.EventError, "a", 0, true, revs[3]},                   // the mirror evicts the stale value
-				{mirror.EventDeleted, "b", 0, true, rvOf(d.Header.Revision)}, // its previous value did not decode
+				{source.Added, "a", 1, false, revs[0]},
+				{source.Error, "b", 0, true, revs[1]},
+				{source.Added, "c", 3, false, revs[2]},
+				{source.Error, "a", 0, true, revs[3]},                   // the mirror evicts the stale value
+				{source.Deleted, "b", 0, true, rvOf(d.Header.Revision)}, // its previous value did not decode
 			} {
 				ev := next(t, w)
 				require.Equal(t, exp.typ, ev.Type, "event %d", i)
 				assert.Equal(t, exp.rv, ev.ResourceVersion, "event %d", i)
 				assert.Equal(t, prefix+exp.key, ev.Object.Key, "event %d", i)
 				assert.Equal(t, exp.keyOnly, ev.KeyOnly, "event %d", i)
-				if exp.typ == mirror.EventError {
+				if exp.typ == source.Error {
 					assert.Equal(t, etcdmirror.Object[int]{Key: prefix + exp.key}, ev.Object, "event %d: the key alone", i)
 					var oe *mirror.ObjectError
 					require.ErrorAs(t, ev.Err, &oe)
@@ -208,11 +209,11 @@ func TestWatch_ProgressBecomesBookmarkOnlyWhenAllowed(t *testing.T) {
 	c := newClient(t, m.endpoint())
 	rev := putN(t, c, "/b/", 3)
 	lw := etcdmirror.New(c, "/b/", etcdmirror.Options{ProgressInterval: 100 * time.Millisecond})
-	plain := watch(t, lw, mirror.WatchOptions{ResourceVersion: rvOf(rev)})
-	marked := watch(t, lw, mirror.WatchOptions{ResourceVersion: rvOf(rev), AllowBookmarks: true})
+	plain := watch(t, lw, source.WatchOptions{ResourceVersion: rvOf(rev)})
+	marked := watch(t, lw, source.WatchOptions{ResourceVersion: rvOf(rev), AllowBookmarks: true})
 	// The store is idle, so both watches start ahead of it, and are
 	// answered only once they have started again at rev.
-	plainNext := make(chan mirror.Event[etcdmirror.KV], 1)
+	plainNext := make(chan source.Event[etcdmirror.KV], 1)
 	go func() {
 		ev, err := nextErr(plain)
 		assert.NoError(t, err)
@@ -220,21 +221,21 @@ func TestWatch_ProgressBecomesBookmarkOnlyWhenAllowed(t *testing.T) {
 	}()
 
 	for range 3 {
-		assert.Equal(t, mirror.Event[etcdmirror.KV]{Type: mirror.EventBookmark, ResourceVersion: rvOf(rev)}, next(t, marked))
+		assert.Equal(t, source.Event[etcdmirror.KV]{Type: source.Bookmark, ResourceVersion: rvOf(rev)}, next(t, marked))
 	}
 	// The watch without bookmarks has been asking all along, and keeps
 	// the answers to itself.
 	p, err := c.Put(context.Background(), "/b/new", "v")
 	require.NoError(t, err)
 	ev := <-plainNext
-	assert.Equal(t, mirror.EventAdded, ev.Type)
+	assert.Equal(t, source.Added, ev.Type)
 	assert.Equal(t, rvOf(p.Header.Revision), ev.ResourceVersion)
 }
 
 func TestWatch_TimeoutEndsStreamWithEOF(t *testing.T) {
 	m := startEtcd(t)
 	c := newClient(t, m.endpoint())
-	w := watch(t, etcdmirror.New(c, "/t/", etcdmirror.Options{}), mirror.WatchOptions{Timeout: 100 * time.Millisecond})
+	w := watch(t, etcdmirror.New(c, "/t/", etcdmirror.Options{}), source.WatchOptions{Timeout: 100 * time.Millisecond})
 	_, err := nextErr(w)
 	require.ErrorIs(t, err, io.EOF)
 }
@@ -242,7 +243,7 @@ func TestWatch_TimeoutEndsStreamWithEOF(t *testing.T) {
 func TestWatch_SendInitialEventsIsUnsupported(t *testing.T) {
 	m := startEtcd(t)
 	c := newClient(t, m.endpoint())
-	_, err := etcdmirror.New(c, "/s/", etcdmirror.Options{}).Watch(context.Background(), mirror.WatchOptions{SendInitialEvents: true})
+	_, err := etcdmirror.New(c, "/s/", etcdmirror.Options{}).Watch(context.Background(), source.WatchOptions{SendInitialEvents: true})
 	require.ErrorIs(t, err, errors.ErrUnsupported)
 }
 
@@ -257,11 +258,11 @@ func TestWatch_StopIsIdempotentAndLeavesNoGoroutine(t *testing.T) {
 
 	lw := etcdmirror.New(c, "/g/", etcdmirror.Options{ProgressInterval: 100 * time.Millisecond})
 	for range 3 {
-		w, err := lw.Watch(ctx, mirror.WatchOptions{AllowBookmarks: true, ResourceVersion: rvOf(currentRev(t, c))})
+		w, err := lw.Watch(ctx, source.WatchOptions{AllowBookmarks: true, ResourceVersion: rvOf(currentRev(t, c))})
 		require.NoError(t, err)
 		_, err = c.Put(ctx, "/g/k", "v")
 		require.NoError(t, err)
-		assert.Equal(t, mirror.EventAdded, next(t, w).Type)
+		assert.Equal(t, source.Added, next(t, w).Type)
 
 		// Stop while Next waits, then again, and again from another
 		// goroutine.
@@ -288,7 +289,7 @@ func TestWatch_ContextEndsStream(t *testing.T) {
 	lw := etcdmirror.New(c, "/c/", etcdmirror.Options{})
 
 	t.Run("Next", func(t *testing.T) {
-		w := watch(t, lw, mirror.WatchOptions{})
+		w := watch(t, lw, source.WatchOptions{})
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		_, err := w.Next(ctx)
@@ -298,7 +299,7 @@ func TestWatch_ContextEndsStream(t *testing.T) {
 	})
 	t.Run("Watch", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
-		w, err := lw.Watch(ctx, mirror.WatchOptions{})
+		w, err := lw.Watch(ctx, source.WatchOptions{})
 		require.NoError(t, err)
 		defer w.Stop()
 		cancel()
@@ -317,7 +318,7 @@ func TestWatch_CutConnectionIsUnavailableThenResumesWithoutLoss(t *testing.T) {
 		ProgressInterval: 100 * time.Millisecond,
 		RequestTimeout:   time.Second,
 	})
-	w := watch(t, lw, mirror.WatchOptions{ResourceVersion: rvOf(currentRev(t, direct))})
+	w := watch(t, lw, source.WatchOptions{ResourceVersion: rvOf(currentRev(t, direct))})
 	put, err := direct.Put(ctx, "/cut/a", "1")
 	require.NoError(t, err)
 	last := next(t, w)
@@ -327,13 +328,13 @@ func TestWatch_CutConnectionIsUnavailableThenResumesWithoutLoss(t *testing.T) {
 	_, err = direct.Put(ctx, "/cut/b", "2")
 	require.NoError(t, err)
 	_, err = nextErr(w)
-	require.ErrorIs(t, err, mirror.ErrUnavailable, "a cut watch ends instead of going silent")
+	require.ErrorIs(t, err, source.ErrUnavailable, "a cut watch ends instead of going silent")
 
-	_, err = lw.Watch(ctx, mirror.WatchOptions{ResourceVersion: last.ResourceVersion})
-	require.ErrorIs(t, err, mirror.ErrUnavailable, "no new watch while cut")
+	_, err = lw.Watch(ctx, source.WatchOptions{ResourceVersion: last.ResourceVersion})
+	require.ErrorIs(t, err, source.ErrUnavailable, "no new watch while cut")
 
 	p.Resume()
-	w = watchRetrying(t, lw, mirror.WatchOptions{ResourceVersion: last.ResourceVersion})
+	w = watchRetrying(t, lw, source.WatchOptions{ResourceVersion: last.ResourceVersion})
 	ev := next(t, w)
 	assert.Equal(t, "/cut/b", ev.Object.Key, "the put made while cut arrives")
 }

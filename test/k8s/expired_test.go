@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/adapters/k8s"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	corev1 "k8s.io/api/core/v1"
 )
@@ -16,22 +16,22 @@ import (
 // cuttable wraps a ListWatcher so that a test can end its watches and hold
 // back new ones, as a client cut off from the server would be.
 type cuttable[T any] struct {
-	mirror.ListWatcher[T]
+	source.ListWatcher[T]
 
 	mu      sync.Mutex
 	held    chan struct{} // closed while watches may start
 	cuts    int           // counts cuts, so that a Watch started before one is stopped
-	watches []mirror.Watcher[T]
+	watches []source.Watcher[T]
 	waiting chan struct{} // closed once a Watch waits at the hold
 }
 
-func newCuttable[T any](lw mirror.ListWatcher[T]) *cuttable[T] {
+func newCuttable[T any](lw source.ListWatcher[T]) *cuttable[T] {
 	open := make(chan struct{})
 	close(open)
 	return &cuttable[T]{ListWatcher: lw, held: open}
 }
 
-func (c *cuttable[T]) Watch(ctx context.Context, opts mirror.WatchOptions) (mirror.Watcher[T], error) {
+func (c *cuttable[T]) Watch(ctx context.Context, opts source.WatchOptions) (source.Watcher[T], error) {
 	c.mu.Lock()
 	held, cuts := c.held, c.cuts
 	select {
@@ -131,7 +131,7 @@ func TestInformer_ExpiredVersionRelistsAndEachHandlerGetsOneUnknownDeletePerDele
 			lw.resume()
 
 			requireConverged(t, inf, configMaps.serverState(t, c.client, s.selector))
-			assert.True(t, inf.log.has(mirror.ErrExpired), "the watch found its version compacted: %v", inf.log.all())
+			assert.True(t, inf.log.has(source.ErrExpired), "the watch found its version compacted: %v", inf.log.all())
 			assert.Equal(t, int64(1), inf.Stats().Reflector.Relists, "%v", inf.log.all())
 			for i, h := range inf.handlers {
 				calls := h.deleteCalls()

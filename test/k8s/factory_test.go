@@ -11,6 +11,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/adapters/k8s"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -29,8 +30,8 @@ import (
 var podsResource = corev1.SchemeGroupVersion.WithResource("pods")
 
 // typedPods is the constructor of typed Pod informers for a factory.
-func typedPods(cs kubernetes.Interface) func(string, k8s.Options) mirror.ListWatcher[*corev1.Pod] {
-	return func(ns string, o k8s.Options) mirror.ListWatcher[*corev1.Pod] {
+func typedPods(cs kubernetes.Interface) func(string, k8s.Options) source.ListWatcher[*corev1.Pod] {
+	return func(ns string, o k8s.Options) source.ListWatcher[*corev1.Pod] {
 		p := cs.CoreV1().Pods(ns)
 		return k8s.New[*corev1.Pod](p.List, p.Watch, o)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/adapters/k8s"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -146,7 +147,7 @@ type running[T k8s.Object] struct {
 // runUntilCancelled runs an informer of lw with a handler registered
 // before Run and one after, until ctx ends, and waits until both synced.
 // Whether it streams its lists is lw's choice.
-func runUntilCancelled[T k8s.Object](t *testing.T, ctx context.Context, lw mirror.ListWatcher[T]) running[T] {
+func runUntilCancelled[T k8s.Object](t *testing.T, ctx context.Context, lw source.ListWatcher[T]) running[T] {
 	t.Helper()
 	inf := mirror.NewInformer(lw, mirror.InformerOptions[k8s.Key, T]{
 		KeyFunc:      k8s.KeyOf[T],

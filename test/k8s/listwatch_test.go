@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/adapters/k8s"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -29,7 +29,7 @@ func testPagedList[T k8s.Object, L runtime.Object](t *testing.T, k kind[T, L]) {
 	ctx := context.Background()
 
 	got := make(map[k8s.Key]string)
-	opts := mirror.ListOptions{Limit: 3}
+	opts := source.ListOptions{Limit: 3}
 	var rv string
 	for page := 1; ; page++ {
 		res, err := lw.List(ctx, opts)
@@ -62,8 +62,8 @@ func TestList_VersionTheServerHasNotReachedIsTooLarge(t *testing.T) {
 	t.Parallel()
 	c := sharedCluster(t)
 	future := strconv.FormatInt(c.currentRevision(t)+1_000_000, 10)
-	_, err := configMaps.lw(c.client, k8s.Options{}).List(context.Background(), mirror.ListOptions{ResourceVersion: future, Limit: 10})
-	require.ErrorIs(t, err, mirror.ErrTooLargeResourceVersion)
+	_, err := configMaps.lw(c.client, k8s.Options{}).List(context.Background(), source.ListOptions{ResourceVersion: future, Limit: 10})
+	require.ErrorIs(t, err, source.ErrTooLargeResourceVersion)
 }
 
 func TestWatch_FromNowReportsOnlyLaterChanges(t *testing.T) {
@@ -78,14 +78,14 @@ func testWatchFromNow[T k8s.Object, L runtime.Object](t *testing.T, k kind[T, L]
 	k.create(t, c.client, s.ns, "before", s.labels)
 	ctx, cancel := context.WithTimeout(context.Background(), convergeTimeout)
 	defer cancel()
-	w, err := k.lw(c.client, s.options()).Watch(ctx, mirror.WatchOptions{})
+	w, err := k.lw(c.client, s.options()).Watch(ctx, source.WatchOptions{})
 	require.NoError(t, err)
 	defer w.Stop()
 	after := k.create(t, c.client, s.ns, "after", s.labels)
 
 	ev, err := w.Next(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, mirror.EventAdded, ev.Type)
+	assert.Equal(t, source.Added, ev.Type)
 	assert.Equal(t, "after", ev.Object.GetName(), "the object created before the watch is not reported")
 	assert.Equal(t, after.GetResourceVersion(), ev.ResourceVersion)
 }
@@ -103,7 +103,7 @@ func testStreamingWatch[T k8s.Object, L runtime.Object](t *testing.T, k kind[T, 
 	want := k.serverState(t, c.client, s.selector)
 	ctx, cancel := context.WithTimeout(context.Background(), convergeTimeout)
 	defer cancel()
-	w, err := k.lw(c.client, s.options()).Watch(ctx, mirror.WatchOptions{SendInitialEvents: true})
+	w, err := k.lw(c.client, s.options()).Watch(ctx, source.WatchOptions{SendInitialEvents: true})
 	require.NoError(t, err)
 	defer w.Stop()
 
@@ -111,11 +111,11 @@ func testStreamingWatch[T k8s.Object, L runtime.Object](t *testing.T, k kind[T, 
 	for {
 		ev, err := w.Next(ctx)
 		require.NoError(t, err)
-		if ev.Type == mirror.EventBookmark && ev.InitialEventsEnd {
+		if ev.Type == source.Bookmark && ev.InitialEventsEnd {
 			assert.NotEmpty(t, ev.ResourceVersion)
 			break
 		}
-		require.Equal(t, mirror.EventAdded, ev.Type, "the initial state comes as Added events")
+		require.Equal(t, source.Added, ev.Type, "the initial state comes as Added events")
 		got[key(ev.Object)] = ev.ResourceVersion
 	}
 	assert.Equal(t, want, got)
@@ -123,7 +123,7 @@ func testStreamingWatch[T k8s.Object, L runtime.Object](t *testing.T, k kind[T, 
 	k.annotate(t, c.client, k8s.Key{Namespace: s.ns, Name: "o1"}, "1")
 	ev, err := w.Next(ctx)
 	require.NoError(t, err)
-	assert.Equal(t, mirror.EventModified, ev.Type)
+	assert.Equal(t, source.Updated, ev.Type)
 	assert.Equal(t, "o1", ev.Object.GetName())
 }
 
@@ -132,7 +132,7 @@ func TestWatch_TimeoutEndsTheStreamWithEOF(t *testing.T) {
 	c := sharedCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), convergeTimeout)
 	defer cancel()
-	w, err := configMaps.lw(c.client, k8s.Options{LabelSelector: "mirror-test=nothing"}).Watch(ctx, mirror.WatchOptions{Timeout: time.Second})
+	w, err := configMaps.lw(c.client, k8s.Options{LabelSelector: "mirror-test=nothing"}).Watch(ctx, source.WatchOptions{Timeout: time.Second})
 	require.NoError(t, err)
 	defer w.Stop()
 	_, err = w.Next(ctx)
@@ -142,7 +142,7 @@ func TestWatch_TimeoutEndsTheStreamWithEOF(t *testing.T) {
 func TestWatch_StopEndsANextInProgressWithEOF(t *testing.T) {
 	t.Parallel()
 	c := sharedCluster(t)
-	w, err := pods.lw(c.client, k8s.Options{LabelSelector: "mirror-test=nothing"}).Watch(context.Background(), mirror.WatchOptions{})
+	w, err := pods.lw(c.client, k8s.Options{LabelSelector: "mirror-test=nothing"}).Watch(context.Background(), source.WatchOptions{})
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() {

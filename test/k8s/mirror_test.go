@@ -11,6 +11,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/adapters/k8s"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -255,7 +256,7 @@ type informerOptions struct {
 // indexed by namespace, until the test ends, and waits until it and every
 // handler have synced. Its pauses are short, so that tests recover
 // quickly.
-func startInformer[T k8s.Object](t *testing.T, lw mirror.ListWatcher[T], o informerOptions) *informer[T] {
+func startInformer[T k8s.Object](t *testing.T, lw source.ListWatcher[T], o informerOptions) *informer[T] {
 	t.Helper()
 	log := &errorLog{}
 	inf := &informer[T]{log: log, Informer: mirror.NewInformer(lw, mirror.InformerOptions[k8s.Key, T]{

@@ -10,6 +10,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/adapters/k8s"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -100,5 +101,5 @@ func TestNewInformer_RelistAfterExpiryReportsOnlyChangesAndARecreatedObjectAsDel
 		"add later",
 	}, got, "no update for the 17 objects that did not change")
 	assert.Less(t, slices.Index(got, "delete c15 unknown=true"), slices.Index(got, "add c15"), "c15: delete, then add")
-	assert.True(t, log.has(mirror.ErrExpired), "the watch found its version compacted: %v", log.all())
+	assert.True(t, log.has(source.ErrExpired), "the watch found its version compacted: %v", log.all())
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/adapters/k8s"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -27,7 +28,7 @@ type refusedInformer[T k8s.Object] struct {
 // startRefused runs an informer of lw, with one handler, until the test
 // ends, without waiting for it to sync. Its pauses are short, as
 // startInformer's are.
-func startRefused[T k8s.Object](t *testing.T, lw mirror.ListWatcher[T]) refusedInformer[T] {
+func startRefused[T k8s.Object](t *testing.T, lw source.ListWatcher[T]) refusedInformer[T] {
 	t.Helper()
 	log := &errorLog{}
 	inf := mirror.NewInformer(lw, mirror.InformerOptions[k8s.Key, T]{

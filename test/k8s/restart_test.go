@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/adapters/k8s"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -25,7 +25,7 @@ func TestInformer_ConvergesAfterTheAPIServerRestartsOnTheSameEtcd(t *testing.T) 
 	requireConverged(t, ps, pods.serverState(t, c.client, s.selector))
 
 	c.stopServer()
-	require.Eventually(t, func() bool { return cms.log.has(mirror.ErrUnavailable) && ps.log.has(mirror.ErrUnavailable) },
+	require.Eventually(t, func() bool { return cms.log.has(source.ErrUnavailable) && ps.log.has(source.ErrUnavailable) },
 		convergeTimeout, 10*time.Millisecond, "the informers find the server gone")
 	// A new server on the same etcd; the informers reach it once it has
 	// changed what they hold.

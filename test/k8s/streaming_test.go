@@ -8,8 +8,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/adapters/k8s"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -23,21 +23,21 @@ import (
 
 // counting wraps a ListWatcher and records how it was used.
 type counting[T any] struct {
-	mirror.ListWatcher[T]
+	source.ListWatcher[T]
 
 	mu      sync.Mutex
 	lists   int
 	streams []error // what each Watch that asked for a streaming list returned
 }
 
-func (c *counting[T]) List(ctx context.Context, opts mirror.ListOptions) (mirror.ListResult[T], error) {
+func (c *counting[T]) List(ctx context.Context, opts source.ListOptions) (source.ListResult[T], error) {
 	c.mu.Lock()
 	c.lists++
 	c.mu.Unlock()
 	return c.ListWatcher.List(ctx, opts)
 }
 
-func (c *counting[T]) Watch(ctx context.Context, opts mirror.WatchOptions) (mirror.Watcher[T], error) {
+func (c *counting[T]) Watch(ctx context.Context, opts source.WatchOptions) (source.Watcher[T], error) {
 	w, err := c.ListWatcher.Watch(ctx, opts)
 	if opts.SendInitialEvents {
 		c.mu.Lock()

@@ -6,6 +6,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	natsmirror "github.com/listwatch/mirror/adapters/nats"
+	"github.com/listwatch/mirror/source"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -26,10 +27,10 @@ func TestListWatch_UserWithoutPermissionIsPermanent(t *testing.T) {
 
 	_, js := connect(t, srv.url(), nats.UserInfo("reader", "reader"))
 	lw := natsmirror.New(js, "mirror", natsmirror.Options{RequestTimeout: 500 * time.Millisecond})
-	_, err := lw.List(ctx, mirror.ListOptions{})
+	_, err := lw.List(ctx, source.ListOptions{})
 	t.Log(err)
 	require.ErrorIs(t, err, mirror.ErrPermanent)
-	_, err = lw.Watch(ctx, mirror.WatchOptions{})
+	_, err = lw.Watch(ctx, source.WatchOptions{})
 	t.Log(err)
 	require.ErrorIs(t, err, mirror.ErrPermanent)
 }

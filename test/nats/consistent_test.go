@@ -9,6 +9,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	natsmirror "github.com/listwatch/mirror/adapters/nats"
+	"github.com/listwatch/mirror/source"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -80,5 +81,5 @@ func TestCompareVersions_OrdersRevisions(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 0, c)
 	_, err = lw.CompareVersions("x", "1")
-	require.ErrorIs(t, err, mirror.ErrInvalidVersion)
+	require.ErrorIs(t, err, source.ErrInvalidVersion)
 }

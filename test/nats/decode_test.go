@@ -7,6 +7,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	natsmirror "github.com/listwatch/mirror/adapters/nats"
+	"github.com/listwatch/mirror/source"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -36,7 +37,7 @@ func TestTyped_UndecodableValuesAreReportedWithTheirKeyAndSkipped(t *testing.T) 
 	put(t, kv, "boom", "panic")
 	lw := natsmirror.NewTyped(js, "mirror", decodeInt, natsmirror.Options{})
 
-	res, err := lw.List(ctx, mirror.ListOptions{})
+	res, err := lw.List(ctx, source.ListOptions{})
 	require.NoError(t, err)
 	require.Len(t, res.Items, 1)
 	assert.Equal(t, 1, res.Items[0].Value)
@@ -50,7 +51,7 @@ func TestTyped_UndecodableValuesAreReportedWithTheirKeyAndSkipped(t *testing.T) 
 	require.ErrorAs(t, res.Skipped[1], &pe)
 	assert.Equal(t, "decodeInt: asked to", pe.Value)
 
-	w, err := lw.Watch(ctx, mirror.WatchOptions{ResourceVersion: res.ResourceVersion})
+	w, err := lw.Watch(ctx, source.WatchOptions{ResourceVersion: res.ResourceVersion})
 	require.NoError(t, err)
 	defer w.Stop()
 	put(t, kv, "good", "y")
@@ -59,11 +60,11 @@ func TestTyped_UndecodableValuesAreReportedWithTheirKeyAndSkipped(t *testing.T) 
 	for _, want := range []error{errNotANumber, nil, nil} {
 		ev, err := w.Next(ctx)
 		require.NoError(t, err)
-		if ev.Type == mirror.EventModified {
+		if ev.Type == source.Updated {
 			assert.Equal(t, 2, ev.Object.Value)
 			break
 		}
-		assert.Equal(t, mirror.EventError, ev.Type)
+		assert.Equal(t, source.Error, ev.Type)
 		assert.True(t, ev.KeyOnly)
 		assert.Equal(t, natsmirror.Object[int]{Key: "good"}, ev.Object)
 		require.ErrorAs(t, ev.Err, &oe)

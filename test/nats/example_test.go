@@ -11,6 +11,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	natsmirror "github.com/listwatch/mirror/adapters/nats"
+	"github.com/listwatch/mirror/source"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -119,14 +120,14 @@ func Example_listThenWatch() {
 	_, _ = kv.PutString(ctx, "mode", "blue")
 
 	lw := natsmirror.New(js, "config", natsmirror.Options{})
-	list, err := lw.List(ctx, mirror.ListOptions{})
+	list, err := lw.List(ctx, source.ListOptions{})
 	if err != nil {
 		log.Fatal(err)
 	}
 	for _, o := range list.Items {
 		fmt.Printf("listed %s=%s at rev %d\n", o.Key, o.Value, o.Revision)
 	}
-	w, err := lw.Watch(ctx, mirror.WatchOptions{ResourceVersion: list.ResourceVersion})
+	w, err := lw.Watch(ctx, source.WatchOptions{ResourceVersion: list.ResourceVersion})
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/listwatch/mirror"
 	natsmirror "github.com/listwatch/mirror/adapters/nats"
+	"github.com/listwatch/mirror/source"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -26,21 +26,21 @@ func TestListWatcher_LeavesNoGoroutineBehind(t *testing.T) {
 	put(t, kv, "a", "1")
 	lw := natsmirror.New(js, "mirror", natsmirror.Options{})
 	ctx := testContext(t)
-	_, err := lw.List(ctx, mirror.ListOptions{}) // looks the bucket up
+	_, err := lw.List(ctx, source.ListOptions{}) // looks the bucket up
 	require.NoError(t, err)
 	before := goleak.IgnoreCurrent()
 
-	_, err = lw.List(ctx, mirror.ListOptions{})
+	_, err = lw.List(ctx, source.ListOptions{})
 	require.NoError(t, err)
-	w, err := lw.Watch(ctx, mirror.WatchOptions{})
+	w, err := lw.Watch(ctx, source.WatchOptions{})
 	require.NoError(t, err)
 	w.Stop()
-	w, err = lw.Watch(ctx, mirror.WatchOptions{Timeout: time.Millisecond})
+	w, err = lw.Watch(ctx, source.WatchOptions{Timeout: time.Millisecond})
 	require.NoError(t, err)
 	_, err = w.Next(ctx)
 	require.ErrorIs(t, err, io.EOF)
 	wctx, cancel := context.WithCancel(ctx)
-	_, err = lw.Watch(wctx, mirror.WatchOptions{})
+	_, err = lw.Watch(wctx, source.WatchOptions{})
 	require.NoError(t, err)
 	cancel()
 

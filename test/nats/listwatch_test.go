@@ -10,6 +10,7 @@ import (
 
 	"github.com/listwatch/mirror"
 	natsmirror "github.com/listwatch/mirror/adapters/nats"
+	"github.com/listwatch/mirror/source"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -54,7 +55,7 @@ func TestList_ReturnsLatestValuesAtTheBucketsLastRevision(t *testing.T) {
 			last := put(t, kv, "e", "1")
 
 			lw := natsmirror.New(js, "mirror", natsmirror.Options{})
-			res, err := lw.List(ctx, mirror.ListOptions{})
+			res, err := lw.List(ctx, source.ListOptions{})
 			require.NoError(t, err)
 			assert.Equal(t, map[string]string{"a": "2", "c": "1", "e": "1"}, values(res.Items))
 			assert.Equal(t, strconv.FormatUint(last, 10), res.ResourceVersion)
@@ -77,13 +78,13 @@ func TestList_OfAnEmptyBucketIsAtRevisionZero(t *testing.T) {
 	_, js := connect(t, srv.url())
 	kv := newBucket(t, js, jetstream.KeyValueConfig{})
 	lw := natsmirror.New(js, "mirror", natsmirror.Options{})
-	res, err := lw.List(ctx, mirror.ListOptions{})
+	res, err := lw.List(ctx, source.ListOptions{})
 	require.NoError(t, err)
 	assert.Empty(t, res.Items)
 	assert.Equal(t, "0", res.ResourceVersion)
 
 	// A watch from the list's revision sees the bucket's first put.
-	w, err := lw.Watch(ctx, mirror.WatchOptions{ResourceVersion: res.ResourceVersion})
+	w, err := lw.Watch(ctx, source.WatchOptions{ResourceVersion: res.ResourceVersion})
 	require.NoError(t, err)
 	defer w.Stop()
 	put(t, kv, "a", "1")
@@ -100,14 +101,14 @@ func TestList_AtAFutureRevisionIsTooLarge(t *testing.T) {
 	kv := newBucket(t, js, jetstream.KeyValueConfig{})
 	put(t, kv, "a", "1")
 	lw := natsmirror.New(js, "mirror", natsmirror.Options{})
-	_, err := lw.List(ctx, mirror.ListOptions{ResourceVersion: "5"})
-	require.ErrorIs(t, err, mirror.ErrTooLargeResourceVersion)
-	_, err = lw.List(ctx, mirror.ListOptions{ResourceVersion: "1"})
+	_, err := lw.List(ctx, source.ListOptions{ResourceVersion: "5"})
+	require.ErrorIs(t, err, source.ErrTooLargeResourceVersion)
+	_, err = lw.List(ctx, source.ListOptions{ResourceVersion: "1"})
 	require.NoError(t, err)
 }
 
 // next returns the next event of w, failing the test on an error.
-func next(t *testing.T, w mirror.Watcher[natsmirror.KV]) mirror.Event[natsmirror.KV] {
+func next(t *testing.T, w source.Watcher[natsmirror.KV]) source.Event[natsmirror.KV] {
 	t.Helper()
 	ev, err := w.Next(testContext(t))
 	require.NoError(t, err)
@@ -121,12 +122,12 @@ func TestWatch_DeliversEveryRevisionAfterTheListInOrder(t *testing.T) {
 	kv := newBucket(t, js, jetstream.KeyValueConfig{History: 5})
 	put(t, kv, "a", "1")
 	lw := natsmirror.New(js, "mirror", natsmirror.Options{})
-	res, err := lw.List(ctx, mirror.ListOptions{})
+	res, err := lw.List(ctx, source.ListOptions{})
 	require.NoError(t, err)
 
 	// Written between the list and the watch: the watch still brings it.
 	r1 := put(t, kv, "a", "2")
-	w, err := lw.Watch(ctx, mirror.WatchOptions{ResourceVersion: res.ResourceVersion})
+	w, err := lw.Watch(ctx, source.WatchOptions{ResourceVersion: res.ResourceVersion})
 	require.NoError(t, err)
 	defer w.Stop()
 	r2 := put(t, kv, "b", "1")
@@ -134,7 +135,7 @@ func TestWatch_DeliversEveryRevisionAfterTheListInOrder(t *testing.T) {
 	require.NoError(t, kv.Purge(ctx, "b"))
 
 	ev := next(t, w)
-	assert.Equal(t, mirror.EventModified, ev.Type)
+	assert.Equal(t, source.Updated, ev.Type)
 	assert.Equal(t, natsmirror.KV{Key: "a", Value: []byte("2"), Revision: r1, Time: ev.Object.Time}, ev.Object)
 	assert.False(t, ev.Object.Time.IsZero())
 	assert.Equal(t, strconv.FormatUint(r1, 10), ev.ResourceVersion)
@@ -142,10 +143,10 @@ func TestWatch_DeliversEveryRevisionAfterTheListInOrder(t *testing.T) {
 	assert.Equal(t, "b", ev.Object.Key)
 	assert.Equal(t, strconv.FormatUint(r2, 10), ev.ResourceVersion)
 	ev = next(t, w)
-	assert.Equal(t, mirror.Event[natsmirror.KV]{Type: mirror.EventDeleted, Object: natsmirror.KV{Key: "a"},
+	assert.Equal(t, source.Event[natsmirror.KV]{Type: source.Deleted, Object: natsmirror.KV{Key: "a"},
 		ResourceVersion: strconv.FormatUint(r2+1, 10), KeyOnly: true}, ev)
 	ev = next(t, w)
-	assert.Equal(t, mirror.Event[natsmirror.KV]{Type: mirror.EventDeleted, Object: natsmirror.KV{Key: "b"},
+	assert.Equal(t, source.Event[natsmirror.KV]{Type: source.Deleted, Object: natsmirror.KV{Key: "b"},
 		ResourceVersion: strconv.FormatUint(r2+2, 10), KeyOnly: true}, ev)
 }
 
@@ -156,7 +157,7 @@ func TestWatch_FromNowSkipsWhatCameBefore(t *testing.T) {
 	kv := newBucket(t, js, jetstream.KeyValueConfig{})
 	put(t, kv, "old", "1")
 	lw := natsmirror.New(js, "mirror", natsmirror.Options{})
-	w, err := lw.Watch(ctx, mirror.WatchOptions{})
+	w, err := lw.Watch(ctx, source.WatchOptions{})
 	require.NoError(t, err)
 	defer w.Stop()
 	put(t, kv, "new", "1")
@@ -213,14 +214,14 @@ func TestWatch_ExpiresWhenTheBucketDroppedARevisionAfterTheStart(t *testing.T) {
 			tt.change(t, kv)
 
 			lw := natsmirror.New(js, "mirror", natsmirror.Options{})
-			w, err := lw.Watch(ctx, mirror.WatchOptions{ResourceVersion: strconv.FormatUint(start, 10)})
+			w, err := lw.Watch(ctx, source.WatchOptions{ResourceVersion: strconv.FormatUint(start, 10)})
 			if err == nil {
 				defer w.Stop()
 				for err == nil {
 					_, err = w.Next(ctx)
 				}
 			}
-			require.ErrorIs(t, err, mirror.ErrExpired)
+			require.ErrorIs(t, err, source.ErrExpired)
 			assert.Equal(t, int64(1), lw.Stats().Expired)
 		})
 	}
@@ -260,13 +261,13 @@ func TestWatch_CaughtUpWithNothingDroppedDoesNotExpire(t *testing.T) {
 			tt.last(t, kv)
 
 			lw := natsmirror.New(js, "mirror", natsmirror.Options{})
-			w, err := lw.Watch(ctx, mirror.WatchOptions{ResourceVersion: strconv.FormatUint(tt.from, 10), AllowBookmarks: true})
+			w, err := lw.Watch(ctx, source.WatchOptions{ResourceVersion: strconv.FormatUint(tt.from, 10), AllowBookmarks: true})
 			require.NoError(t, err)
 			defer w.Stop()
 			for rev := tt.from + 1; rev <= 4; rev++ {
 				assert.Equal(t, strconv.FormatUint(rev, 10), next(t, w).ResourceVersion)
 			}
-			assert.Equal(t, mirror.Event[natsmirror.KV]{Type: mirror.EventBookmark, ResourceVersion: "4"}, next(t, w))
+			assert.Equal(t, source.Event[natsmirror.KV]{Type: source.Bookmark, ResourceVersion: "4"}, next(t, w))
 			assert.Zero(t, lw.Stats().Expired)
 		})
 	}
@@ -279,7 +280,7 @@ func TestWatch_ExpiresWhileLiveWhenARevisionIsDroppedBeforeDelivery(t *testing.T
 	kv := newBucket(t, js, jetstream.KeyValueConfig{History: 1})
 	start := put(t, kv, "a", "1")
 	lw := natsmirror.New(js, "mirror", natsmirror.Options{})
-	w, err := lw.Watch(ctx, mirror.WatchOptions{ResourceVersion: strconv.FormatUint(start, 10)})
+	w, err := lw.Watch(ctx, source.WatchOptions{ResourceVersion: strconv.FormatUint(start, 10)})
 	require.NoError(t, err)
 	defer w.Stop()
 	put(t, kv, "b", "1")
@@ -291,7 +292,7 @@ func TestWatch_ExpiresWhileLiveWhenARevisionIsDroppedBeforeDelivery(t *testing.T
 	for {
 		ev, err := w.Next(ctx)
 		if err != nil {
-			require.ErrorIs(t, err, mirror.ErrExpired)
+			require.ErrorIs(t, err, source.ErrExpired)
 			return
 		}
 		revs = append(revs, ev.ResourceVersion)
@@ -309,8 +310,8 @@ func TestWatch_ExpiresFromBeyondTheBucketsLastRevision(t *testing.T) {
 	kv := newBucket(t, js, jetstream.KeyValueConfig{})
 	put(t, kv, "a", "1")
 	lw := natsmirror.New(js, "mirror", natsmirror.Options{})
-	_, err := lw.Watch(ctx, mirror.WatchOptions{ResourceVersion: "7"})
-	require.ErrorIs(t, err, mirror.ErrExpired)
+	_, err := lw.Watch(ctx, source.WatchOptions{ResourceVersion: "7"})
+	require.ErrorIs(t, err, source.ErrExpired)
 }
 
 func TestWatch_StopEndsNextWithEOFAndReleasesTheSubscription(t *testing.T) {
@@ -320,7 +321,7 @@ func TestWatch_StopEndsNextWithEOFAndReleasesTheSubscription(t *testing.T) {
 	newBucket(t, js, jetstream.KeyValueConfig{})
 	lw := natsmirror.New(js, "mirror", natsmirror.Options{})
 	before := nc.NumSubscriptions()
-	w, err := lw.Watch(ctx, mirror.WatchOptions{})
+	w, err := lw.Watch(ctx, source.WatchOptions{})
 	require.NoError(t, err)
 	assert.Greater(t, nc.NumSubscriptions(), before)
 	done := make(chan error)
@@ -341,7 +342,7 @@ func TestWatch_TimeoutEndsWithEOF(t *testing.T) {
 	_, js := connect(t, srv.url())
 	newBucket(t, js, jetstream.KeyValueConfig{})
 	lw := natsmirror.New(js, "mirror", natsmirror.Options{})
-	w, err := lw.Watch(ctx, mirror.WatchOptions{Timeout: 50 * time.Millisecond})
+	w, err := lw.Watch(ctx, source.WatchOptions{Timeout: 50 * time.Millisecond})
 	require.NoError(t, err)
 	_, err = w.Next(ctx)
 	require.ErrorIs(t, err, io.EOF)
@@ -353,19 +354,19 @@ func TestWatch_LostServerEndsItUnavailable(t *testing.T) {
 	_, js := connect(t, srv.url())
 	newBucket(t, js, jetstream.KeyValueConfig{})
 	lw := natsmirror.New(js, "mirror", natsmirror.Options{})
-	w, err := lw.Watch(ctx, mirror.WatchOptions{})
+	w, err := lw.Watch(ctx, source.WatchOptions{})
 	require.NoError(t, err)
 	defer w.Stop()
 	srv.stop()
 	_, err = w.Next(ctx)
-	require.ErrorIs(t, err, mirror.ErrUnavailable)
+	require.ErrorIs(t, err, source.ErrUnavailable)
 
 	// While it is down, lists and watches are unavailable too.
 	short := natsmirror.New(js, "mirror", natsmirror.Options{RequestTimeout: 200 * time.Millisecond})
-	_, err = short.List(ctx, mirror.ListOptions{})
-	require.ErrorIs(t, err, mirror.ErrUnavailable)
-	_, err = short.Watch(ctx, mirror.WatchOptions{})
-	require.ErrorIs(t, err, mirror.ErrUnavailable)
+	_, err = short.List(ctx, source.ListOptions{})
+	require.ErrorIs(t, err, source.ErrUnavailable)
+	_, err = short.Watch(ctx, source.WatchOptions{})
+	require.ErrorIs(t, err, source.ErrUnavailable)
 }
 
 func TestListWatch_MissingBucketIsPermanent(t *testing.T) {
@@ -373,11 +374,11 @@ func TestListWatch_MissingBucketIsPermanent(t *testing.T) {
 	srv := startServer(t)
 	_, js := connect(t, srv.url())
 	lw := natsmirror.New(js, "nothere", natsmirror.Options{})
-	_, err := lw.List(ctx, mirror.ListOptions{})
+	_, err := lw.List(ctx, source.ListOptions{})
 	require.ErrorIs(t, err, mirror.ErrPermanent)
-	_, err = lw.Watch(ctx, mirror.WatchOptions{})
+	_, err = lw.Watch(ctx, source.WatchOptions{})
 	require.ErrorIs(t, err, mirror.ErrPermanent)
-	assert.False(t, errors.Is(err, mirror.ErrUnavailable))
+	assert.False(t, errors.Is(err, source.ErrUnavailable))
 }
 
 func TestListWatch_ClosedConnectionIsPermanent(t *testing.T) {
@@ -386,13 +387,13 @@ func TestListWatch_ClosedConnectionIsPermanent(t *testing.T) {
 	nc, js := connect(t, srv.url())
 	newBucket(t, js, jetstream.KeyValueConfig{})
 	lw := natsmirror.New(js, "mirror", natsmirror.Options{})
-	w, err := lw.Watch(ctx, mirror.WatchOptions{})
+	w, err := lw.Watch(ctx, source.WatchOptions{})
 	require.NoError(t, err)
 	defer w.Stop()
 	nc.Close()
 	_, err = w.Next(ctx)
 	require.ErrorIs(t, err, mirror.ErrPermanent)
-	_, err = lw.List(ctx, mirror.ListOptions{})
+	_, err = lw.List(ctx, source.ListOptions{})
 	require.ErrorIs(t, err, mirror.ErrPermanent)
 }
 
@@ -405,12 +406,12 @@ func TestWatch_BookmarksOnceCaughtUpWhenAllowed(t *testing.T) {
 	put(t, kv, "a", "2")
 	put(t, kv, "b", "1")
 	lw := natsmirror.New(js, "mirror", natsmirror.Options{})
-	w, err := lw.Watch(ctx, mirror.WatchOptions{ResourceVersion: "1", AllowBookmarks: true})
+	w, err := lw.Watch(ctx, source.WatchOptions{ResourceVersion: "1", AllowBookmarks: true})
 	require.NoError(t, err)
 	defer w.Stop()
 	assert.Equal(t, "2", next(t, w).ResourceVersion)
 	assert.Equal(t, "3", next(t, w).ResourceVersion)
-	assert.Equal(t, mirror.Event[natsmirror.KV]{Type: mirror.EventBookmark, ResourceVersion: "3"}, next(t, w))
+	assert.Equal(t, source.Event[natsmirror.KV]{Type: source.Bookmark, ResourceVersion: "3"}, next(t, w))
 	put(t, kv, "c", "1")
 	assert.Equal(t, "4", next(t, w).ResourceVersion)
 }
