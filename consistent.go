@@ -14,23 +14,20 @@ import (
 // cache did not reach the source's current version within its bound.
 var ErrNotCurrent = errors.New("mirror: cache not current within the bound")
 
-// DefaultConsistentTimeout is how long a consistent read waits for the
-// cache when ConsistentOptions.Timeout is zero: Kubernetes' figure for
-// consistent reads from its watch cache (KEP-2340).
-const DefaultConsistentTimeout = 3 * time.Second
-
-// DefaultProgressInterval is how often a consistent read that waits asks
-// the source for progress when ConsistentOptions.ProgressInterval is
-// zero, as the kube-apiserver asks etcd.
-const DefaultProgressInterval = 100 * time.Millisecond
+// Defaults of ConsistentOptions: the bound is Kubernetes' for consistent
+// reads from its watch cache (KEP-2340); progress is asked as often as the
+// kube-apiserver asks etcd.
+const (
+	defaultConsistentTimeout = 3 * time.Second
+	defaultProgressInterval  = 100 * time.Millisecond
+)
 
 // ConsistentOptions bounds a consistent read. The zero value waits up to
-// DefaultConsistentTimeout, asks for progress every
-// DefaultProgressInterval, and returns a *StaleError if the cache is not
-// current by then.
+// 3 s, asks for progress every 100 ms, and returns a *StaleError if the
+// cache is not current by then.
 type ConsistentOptions struct {
-	// Timeout bounds the wait for the cache; zero means
-	// DefaultConsistentTimeout. The caller's context may end it sooner.
+	// Timeout bounds the wait for the cache; zero means 3 s. The
+	// caller's context may end it sooner.
 	Timeout time.Duration
 
 	// ProgressInterval is how often, while the read waits, the source is
@@ -38,8 +35,8 @@ type ConsistentOptions struct {
 	// request goes out as soon as the read finds the cache behind.
 	// Requests of concurrent reads are shared: a read sends none if
 	// another sent one after it learned the version it waits for, and
-	// less than an interval ago. Zero means DefaultProgressInterval; a
-	// negative value asks for none.
+	// less than an interval ago. Zero means 100 ms; a negative
+	// value asks for none.
 	ProgressInterval time.Duration
 
 	// Fallback, if set, makes a read whose cache is not current within
@@ -54,12 +51,12 @@ func (o ConsistentOptions) timeout() time.Duration {
 	if o.Timeout > 0 {
 		return o.Timeout
 	}
-	return DefaultConsistentTimeout
+	return defaultConsistentTimeout
 }
 
 func (o ConsistentOptions) progressInterval() time.Duration {
 	if o.ProgressInterval == 0 {
-		return DefaultProgressInterval
+		return defaultProgressInterval
 	}
 	return o.ProgressInterval
 }

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
+
+	"github.com/listwatch/mirror/source"
 )
 
 // writeLog is an informer's record of the versions at which its program
@@ -80,6 +83,16 @@ func (inf *Informer[K, T]) pendingWrite(key K) (string, bool) {
 		return "", false
 	}
 	return v, true
+}
+
+// RecordRevision is RecordWrite for a source whose versions are decimal
+// revisions (etcd, NATS, memsource): it records rev without the caller
+// formatting it. A negative rev is not a version (ErrInvalidVersion).
+func (inf *Informer[K, T]) RecordRevision(key K, rev int64) error {
+	if rev < 0 {
+		return fmt.Errorf("mirror: record write at revision %d: %w", rev, source.ErrInvalidVersion)
+	}
+	return inf.RecordWrite(key, strconv.FormatInt(rev, 10))
 }
 
 // WriteApplied reports whether the cache holds every write of key

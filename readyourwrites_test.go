@@ -125,3 +125,26 @@ func TestRecordWrite_KeepsTheNewerVersionAndRefusesBadOnes(t *testing.T) {
 		f.stop()
 	})
 }
+
+func TestRecordRevision_RecordsANumericRevisionAsRecordWriteDoes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		f, ps := newPrefixFixture(t)
+		f.start()
+		f.synced()
+		release := ps.pause()
+		rev, err := ps.Put(item{Name: "a", Group: "a", Val: 1})
+		require.NoError(t, err)
+		require.NoError(t, f.inf.RecordRevision("a", rev))
+		assert.False(t, f.inf.WriteApplied("a"), "the cache has yet to apply the recorded revision")
+		require.ErrorIs(t, f.inf.RecordRevision("a", -1), source.ErrInvalidVersion)
+
+		_, _, err = f.inf.GetAfterWrite(t.Context(), "a", mirror.ConsistentOptions{Timeout: time.Second})
+		var se *mirror.StaleError
+		require.ErrorAs(t, err, &se)
+		assert.Equal(t, revString(rev), se.Want)
+		release()
+		synctest.Wait()
+		assert.True(t, f.inf.WriteApplied("a"))
+		f.stop()
+	})
+}
