@@ -10,37 +10,23 @@ import (
 	"time"
 )
 
-// CheckpointOptions makes an informer keep a checkpoint: a file holding
-// its cache and the version of the source the cache is at, from which its
-// next Run resumes, watching from that version, instead of listing the
-// whole source again. The zero value keeps none.
+// CheckpointOptions makes an informer keep a checkpoint: a file of its
+// cache and the source's version it is at, from which the next Run
+// watches instead of listing again. The zero value keeps none.
 //
-// A checkpoint is written every Interval while Run runs and once more when
-// Run returns, each time atomically (to a temporary file beside Path,
-// synced, then renamed over it), so a crash leaves the previous checkpoint
-// or the new one, never a broken one. Run loads it before it lists: with
-// no file at Path, as on a first start, Run logs so at level Info and
-// lists; a checkpoint that is truncated, corrupt, in another format or
-// written for another Identity is reported (a *CheckpointError) and
-// ignored, and the informer lists as it would without one. Run also
-// removes the temporary files that a process killed while writing left
-// beside Path; two informers must not share a Path.
+// A checkpoint is written every Interval and when Run returns, each time
+// atomically (a temporary file beside Path, synced, renamed over it), so
+// a crash never leaves a broken one. Run loads it before it lists; with
+// no file it logs so at Info and lists; one truncated, corrupt, in
+// another format or for another Identity is reported (*CheckpointError)
+// and ignored. Two informers must not share a Path.
 //
-// Resumed from a checkpoint, the informer holds the checkpoint's objects
-// and watches from its version: it has synced once that watch is open, and
-// every change made since reaches the cache and the handlers as an
-// ordinary change. If the source no longer has the version (its history
-// was compacted), the informer relists and applies the list against the
-// checkpoint's objects as one step, as any relist: an object gone is a
-// deletion whose final state is unknown, one re-created under its key (see
-// InformerOptions.SameObject) a deletion then an addition, one changed an
-// update, one unchanged nothing (with InformerOptions.ResourceVersion).
-// Either way each change made while the informer was down is delivered
-// once. Run reads the source (the watch, and the list if the version is
-// gone) as soon as it has read the checkpoint's version, while the objects
-// load; what it reads is applied once they are in. Handlers registered before Run, or while it loads
-// the checkpoint, are first handed the checkpoint's objects as initial
-// adds, unless their HandlerOptions.ChangesOnly is set.
+// Resumed, the informer has synced once its watch from the checkpoint's
+// version is open. If the source no longer has that version, it relists
+// and applies the list against the checkpoint's objects as any relist.
+// Either way each change made while it was down is delivered once.
+// Handlers registered before the load is done are first handed the
+// checkpoint's objects as initial adds, unless HandlerOptions.ChangesOnly.
 type CheckpointOptions[T any] struct {
 	// Path is the checkpoint's file; empty means no checkpoint. Its
 	// directory must exist.
@@ -50,14 +36,12 @@ type CheckpointOptions[T any] struct {
 	// only when Run returns.
 	Interval time.Duration
 
-	// Codec encodes the objects; nil means JSONCodec, which keeps only
-	// the fields encoding/json sees.
+	// Codec encodes the objects; nil means JSONCodec.
 	Codec Codec[T]
 
-	// Identity names what is mirrored, say the source's address and
-	// prefix: a checkpoint written under another identity is not loaded.
-	// Empty means the informer's Name. The Go type of the objects is
-	// always part of it.
+	// Identity names what is mirrored (say, the source's address and
+	// prefix), with the objects' Go type: a checkpoint written under
+	// another is not loaded. Empty means the informer's Name.
 	Identity string
 }
 

@@ -23,27 +23,21 @@ const (
 )
 
 // ConsistentOptions bounds a consistent read. The zero value waits up to
-// 3 s, asks for progress every 100 ms, and returns a *StaleError if the
-// cache is not current by then.
+// 3 s, asks for progress every 100 ms, then returns a *StaleError.
 type ConsistentOptions struct {
 	// Timeout bounds the wait for the cache; zero means 3 s. The
 	// caller's context may end it sooner.
 	Timeout time.Duration
 
-	// ProgressInterval is how often, while the read waits, the source is
-	// asked for progress, if it can be (ProgressRequester); the first
-	// request goes out as soon as the read finds the cache behind.
-	// Requests of concurrent reads are shared: a read sends none if
-	// another sent one after it learned the version it waits for, and
-	// less than an interval ago. Zero means 100 ms; a negative
-	// value asks for none.
+	// ProgressInterval is how often a waiting read asks the source for
+	// progress (ProgressRequester), first as soon as it finds the cache
+	// behind; concurrent reads share requests. Zero means 100 ms;
+	// negative, none.
 	ProgressInterval time.Duration
 
 	// Fallback, if set, makes a read whose cache is not current within
-	// Timeout read the source instead: a list at its current version
-	// (ListOptions.ResourceVersion ""), indexed like the cache. It costs a
-	// full list, so it suits small sources or rare misses. Without it, the
-	// read returns a *StaleError wrapping ErrNotCurrent.
+	// Timeout list the source at its current version instead, indexed
+	// like the cache: a full list, for small sources or rare misses.
 	Fallback bool
 }
 
@@ -61,21 +55,18 @@ func (o ConsistentOptions) progressInterval() time.Duration {
 	return o.ProgressInterval
 }
 
-// Consistent returns a Reader that sees every change the source completed
-// before the call: it learns the source's current version
-// (CurrentVersioner) and waits until the cache has applied it, asking the
-// source for progress meanwhile (ProgressRequester). The Reader is then
-// the informer itself, which only moves forward; with opts.Fallback, it
-// is instead a copy read from the source if the cache did not catch up
-// within opts.Timeout.
+// Consistent returns a Reader that sees every change the source
+// completed before the call: it learns the source's current version
+// (CurrentVersioner) and waits, asking for progress, until the cache has
+// applied it. The Reader is the informer itself, or with opts.Fallback a
+// copy listed from the source if the cache did not catch up in time.
 //
-// It never returns stale data without saying so: if the bound passes
-// without Fallback, it returns a *StaleError wrapping ErrNotCurrent; if
-// ctx ends, or the informer stops, a *StaleError wrapping ctx.Err() or
-// ErrStopped. A source without CurrentVersioner, or without an order of
-// its versions (VersionComparer), gets an error wrapping
-// errors.ErrUnsupported; a failure to learn the current version is
-// returned wrapped.
+// It never returns stale data silently: it returns a *StaleError wrapping
+// ErrNotCurrent if the bound passes, ctx.Err() if ctx ends, or
+// ErrStopped if the informer stops. A source without CurrentVersioner or an
+// order of versions (VersionComparer) gets an error wrapping
+// errors.ErrUnsupported; a failure to learn the version is returned
+// wrapped.
 func (inf *Informer[K, T]) Consistent(ctx context.Context, opts ConsistentOptions) (Reader[K, T], error) {
 	return inf.readAt(ctx, opts, inf.currentVersion)
 }

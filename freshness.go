@@ -7,33 +7,20 @@ import (
 
 // Freshness says how current a mirror is known to be: up to which version
 // of its source, as of when, and what has kept the source from saying so
-// since.
-//
-// A source confirms the mirror current when a list completes and with
-// every watch event, bookmarks included. A mirror whose source changes
-// rarely is confirmed only as often as the source sends bookmarks: the
-// etcd adapter asks etcd for one whenever a watch has heard nothing for
-// its ProgressInterval (5 s by default), and a kube-apiserver sends one
-// about every minute. A health check can therefore read a ConfirmedAt
-// older than a few such intervals as "behind, or cut off".
-//
-// client-go's LastSyncResourceVersion is Freshness().ResourceVersion.
+// since. A source confirms the mirror current with each completed list and
+// each watch event, bookmarks included, so a quiet source confirms it as
+// often as it sends bookmarks (etcd adapter: every ProgressInterval of
+// silence); a ConfirmedAt older than a few such intervals means behind or
+// cut off. client-go's LastSyncResourceVersion is its ResourceVersion.
 type Freshness struct {
-	// ResourceVersion is the source's version that the mirror has
-	// caught up with. For a Reflector, it is that of the last list, event
-	// or bookmark received, which the store has been handed. For an
-	// Informer, it is the version its cache has applied, which is what a
-	// read of the cache sees: changes received after it may still be in
-	// the queue (see InformerStats.QueueDepth), on their way to the cache
-	// and the handlers.
+	// ResourceVersion is the source's version the mirror has caught up
+	// with: for a Reflector, of the last list, event or bookmark handed
+	// to the store; for an Informer, the version its cache has applied.
 	ResourceVersion string
 
-	// ConfirmedAt is when the source last confirmed the mirror current:
-	// when the last list completed, or the last watch event or bookmark
-	// arrived, give or take 100 ms for an event that ended a burst (the
-	// clock is read once per burst). It is the zero Time before the
-	// first list. For an Informer, the confirmation is the Reflector's:
-	// the cache reaches the version confirmed once its queue has drained.
+	// ConfirmedAt is when the last list completed or the last watch
+	// event or bookmark arrived (give or take 100 ms in a burst); zero
+	// before the first list. For an Informer it is the Reflector's.
 	ConfirmedAt time.Time
 
 	// Err is the last failure to list or watch since ConfirmedAt, or nil
@@ -49,9 +36,8 @@ func (r *Reflector[T]) Freshness() Freshness {
 	return Freshness{ResourceVersion: r.lastRV, ConfirmedAt: r.confirmedAt, Err: r.failure}
 }
 
-// Freshness returns how current the informer's cache is known to be (see
-// Freshness): its ResourceVersion is the version the cache has applied.
-// It is the zero value before Run.
+// Freshness returns how current the informer's cache is known to be. It
+// is the zero value before Run.
 func (inf *Informer[K, T]) Freshness() Freshness {
 	r := inf.reflector.Load()
 	if r == nil {

@@ -6,33 +6,26 @@ import (
 )
 
 // Handler receives an Informer's notifications. Each registered Handler
-// is called from a goroutine of its own, one call at a time, so a Handler
-// needs no locking of its own unless it shares state with other code; and a
-// slow Handler delays only itself. To be told each notification's key and
-// where it came from (see Origin), register a function of Changes with
-// Informer.AddChangeHandler instead.
+// is called on a goroutine of its own, one call at a time, so a slow
+// Handler delays only itself. Informer.AddChangeHandler also gives each
+// notification's key and Origin.
 type Handler[T any] interface {
 	// OnAdd is called when an object enters the cache, or, for a handler
-	// added to a running informer, once for every object already cached.
+	// added to a running informer, for every object already cached.
 	// isInInitialList reports that the object came with the initial list
-	// (or that replay) rather than from a later change.
+	// (or that replay).
 	OnAdd(obj T, isInInitialList bool)
 
 	// OnUpdate is called when a cached object changes, and on a periodic
 	// resync (then oldObj and newObj are the same object).
 	OnUpdate(oldObj, newObj T)
 
-	// OnDelete is called when an object leaves the cache. For an observed
-	// deletion, obj is the object's last state: what the source's delete
-	// event carried, or, if that held only the key (Event.KeyOnly, as
-	// from the etcd adapter), the state the cache held, which the watch
-	// kept current up to the deletion. finalStateUnknown reports that the
-	// object left the mirror without its deletion being observed: a
-	// relist no longer lists it, its key now names another object (see
-	// InformerOptions.SameObject), or the source holds a state of it the
-	// mirror cannot represent (a value that fails to decode; see
-	// source.Error). obj is then the last state the cache held, which may be
-	// older than the object's real final state.
+	// OnDelete is called when an object leaves the cache; obj is its last
+	// state (for a key-only deletion, the state the cache held).
+	// finalStateUnknown reports that its deletion was not observed: a
+	// relist no longer lists it, its key names another object (see
+	// InformerOptions.SameObject), or its state cannot be represented
+	// (see source.Error); obj may then be older than its final state.
 	OnDelete(obj T, finalStateUnknown bool)
 }
 
@@ -68,63 +61,46 @@ func (f HandlerFuncs[T]) OnDelete(obj T, finalStateUnknown bool) {
 	}
 }
 
-// HandlerOptions tunes one handler's registration. The zero value is a
-// handler that resyncs with the informer's default period and whose
-// backlog is unbounded.
+// HandlerOptions tunes one handler's registration. The zero value
+// resyncs with the informer's period and has an unbounded backlog.
 type HandlerOptions struct {
 	// Name identifies the handler in logs and in a *HandlerPanicError.
 	Name string
 
 	// ResyncPeriod is how often the handler is offered every cached object
-	// again, as OnUpdate(obj, obj): once every period, counted from the
-	// informer's first sync, or from the registration for a handler added
-	// later, whatever the periods of other handlers. A round that comes
-	// late (the informer was busy) does not move the next; one late by a
-	// period or more stands for those it missed. Rounds go on while the
-	// source is unreachable: they offer the cache as it is. Zero means the
-	// informer's ResyncPeriod; a negative value means never. Periods under
-	// one second are raised to one second.
+	// again, as OnUpdate(obj, obj), counted from the informer's first
+	// sync (or the registration, if later). A late round does not move
+	// the next, and stands for any it missed; rounds go on while the
+	// source is unreachable. Zero means the informer's
+	// ResyncPeriod; negative means never; under one second means one.
 	ResyncPeriod time.Duration
 
-	// ChangesOnly, for an informer resumed from a checkpoint (see
-	// CheckpointOptions), keeps the checkpoint's objects from the handler:
-	// it is handed only the changes since the checkpoint, as for a
-	// handler that keeps state of its own along with the checkpoint. It
-	// applies to handlers registered before Run has loaded the checkpoint,
-	// while it loads it too; a handler added later is handed the cache as
-	// it is then, as always. Without a checkpoint to resume from, the
-	// handler gets the informer's first list as usual.
+	// ChangesOnly keeps a checkpoint's objects (see CheckpointOptions)
+	// from a handler registered before Run has loaded it: the handler is
+	// handed only the changes since. A handler added later is handed the
+	// cache as always; without a checkpoint, the first list as usual.
 	ChangesOnly bool
 
-	// MaxBacklog bounds the handler's backlog. Once more than MaxBacklog
-	// notifications wait for the handler, they collapse to at most one
-	// pending notification per key until the handler catches up: the
-	// latest state wins, a delete stays a delete, and an update's old
-	// object is the one the handler last saw. Memory is then bounded by
-	// the number of keys, not of events; the price is that notifications
-	// for different keys may arrive out of source order. Zero means
+	// MaxBacklog bounds the handler's backlog: past MaxBacklog waiting
+	// notifications, they collapse to one per key (the latest state; a
+	// delete stays a delete; an update's old object is the one the
+	// handler last saw) until it catches up, so memory is bounded by keys,
+	// but different keys may arrive out of source order. Zero means
 	// unbounded: every notification is delivered, in order.
 	MaxBacklog int
 
-	// StuckAfter is how long a call of the handler may last before the
-	// informer logs it (at Warn, through InformerOptions.Logger) as
-	// stuck, with the handler's Name, the method and how long the call
-	// has lasted; it logs it again every StuckAfter until the call
-	// returns, and then that it returned (see also HandlerStats.StuckFor).
-	// Calls are looked at once a second and measured from when one was
-	// first seen, so a log may come up to two seconds late, and the
-	// durations it gives fall short by up to a second. Zero means 30
-	// seconds; a negative value means never.
+	// StuckAfter is how long a call of the handler may last before it is
+	// logged as stuck, at Warn with Name and the method, and again every
+	// StuckAfter until it returns (see HandlerStats.StuckFor). A log may
+	// come up to two seconds late. Zero means 30 seconds; negative never.
 	StuckAfter time.Duration
 }
 
-// HandlerPanicError reports a handler that panicked. The panic is
-// recovered; the notification that caused it is dropped for that handler
-// only, and the handler goes on receiving notifications. Its Value and
-// Stack are the panic's; errors.As finds its *PanicError too.
+// HandlerPanicError reports a handler that panicked. The notification
+// is dropped for that handler only, which goes on receiving the rest.
+// errors.As finds its *PanicError too.
 type HandlerPanicError struct {
-	// Handler is the handler's name (HandlerOptions.Name); empty if it
-	// has none.
+	// Handler is HandlerOptions.Name.
 	Handler string
 	PanicError
 }

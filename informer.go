@@ -25,16 +25,11 @@ var (
 )
 
 // InformerOptions configures an Informer. KeyFunc is required; every
-// other field has a useful zero value.
-//
-// The functions among the options (KeyFunc, the Indexers, Transform,
-// ResourceVersion, SameObject) may panic: a panic on an object is
-// recovered and reported as that object's failure, with a *PanicError
-// inside, and the object is skipped as for the function's error (see
-// PanicError).
+// other field has a useful zero value. A panic in one of its functions
+// on an object is that object's failure, reported with a *PanicError
+// inside; the object is skipped as for the function's error.
 type InformerOptions[K comparable, T any] struct {
-	// Name identifies the informer, and its Reflector, in logs, errors
-	// and metrics.
+	// Name identifies the informer in logs, errors and metrics.
 	Name string
 
 	// KeyFunc computes each object's key.
@@ -43,99 +38,74 @@ type InformerOptions[K comparable, T any] struct {
 	// Indexers are the cache's indexes.
 	Indexers Indexers[T]
 
-	// Transform, if set, runs once on each object as it enters the queue,
-	// for instance to drop fields the program never reads; not on a
-	// deletion that carries the key alone (Event.KeyOnly), whose object
-	// is the last state the cache holds. When it fails, the error is
-	// reported and the change is left out: an addition or update leaves
-	// the cache as it was, and so does a relist for that key; a deletion
-	// still deletes, carrying the last state the cache holds.
+	// Transform, if set, runs once on each object as it enters the
+	// queue, not on a key-only deletion (Event.KeyOnly). If it fails, the
+	// error is reported and the change left out: an addition, update or
+	// relisted state leaves the cache as it was; a deletion still deletes.
 	Transform TransformFunc[T]
 
-	// ResyncPeriod is the resync period of handlers that do not set their
-	// own (see HandlerOptions.ResyncPeriod). Zero means no resync.
+	// ResyncPeriod is the resync period of handlers that set none (see
+	// HandlerOptions.ResyncPeriod). Zero means no resync.
 	ResyncPeriod time.Duration
 
 	// BatchSize is the most queue entries applied in one step; zero
 	// means 256.
 	BatchSize int
 
-	// ResourceVersion, if set, returns an object's version. A relist
-	// that finds an object at the version already cached (and, with
-	// SameObject, the same object) then offers it only to handlers due
-	// for a resync, like client-go, and the cache keeps the value it
-	// holds; without it, every relisted object is
-	// delivered to every handler as an update. If it panics, the
-	// relisted state is left out, as SameObject's panic leaves it.
+	// ResourceVersion, if set, returns an object's version: a relisted
+	// object at the version cached (and, with SameObject, the same
+	// object) goes only to handlers due for a resync and the cache keeps
+	// its value. Without it, every relisted object is an update. If it
+	// panics, the relisted state is left out.
 	ResourceVersion func(obj T) string
 
-	// SameObject, if set, reports whether two states of one key belong to
-	// the same object, as opposed to an object and another created under
-	// its key after it was deleted: etcd's CreateRevision, Kubernetes'
-	// UID. cached is the state the cache holds, incoming the new one.
-	// When a relist or a watch event brings a key whose incoming state is
-	// not the same object, handlers get OnDelete(cached, true) and then
-	// OnAdd(incoming), never an OnUpdate from one object to another:
-	// the first one's deletion was not seen, which happens when history
-	// was compacted while the watch was down. Without SameObject a key's
-	// states are all taken for one object. The adapters' constructors
-	// set it. If it panics, the incoming state is left out: the cache
-	// keeps the cached one, no handler hears of the change, and an
-	// *ObjectError naming the key reports the panic.
+	// SameObject, if set, reports whether the cached and incoming states
+	// of a key are one object, not a re-creation under the key (etcd's
+	// CreateRevision, Kubernetes' UID). If not, handlers get
+	// OnDelete(cached, true) then OnAdd(incoming), never an OnUpdate
+	// between two objects. Nil takes a key's states for one object; the
+	// adapters set it. If it panics, the incoming state is left out and
+	// an *ObjectError naming the key is reported.
 	SameObject func(cached, incoming T) bool
 
-	// SyncFailureLimit is how many failures wrapping ErrPermanent the
-	// source may report before the informer's first sync, before the
-	// informer stops waiting for it: WaitForSync (and WaitForCacheSync)
-	// then returns the last of them instead of waiting on. The Reflector
-	// keeps trying, with backoff, so the informer still syncs if the
-	// cause is fixed; HasSynced tells. Zero means 3; failures of other
-	// kinds never end the wait.
+	// SyncFailureLimit is how many failures wrapping ErrPermanent before
+	// the first sync make WaitForSync (and WaitForCacheSync) return the
+	// last of them. The Reflector keeps retrying, so the informer may
+	// still sync. Zero means 3; other failures never end the wait.
 	SyncFailureLimit int
 
 	// CompareVersions, if set, orders the source's versions, for
-	// WaitForVersion and consistent reads (see VersionComparer, which a
-	// source implements instead); it returns an error wrapping
-	// ErrInvalidVersion for a string that is not a version. Nil means the
-	// source's order, if it has one.
+	// WaitForVersion and consistent reads; it returns an error wrapping
+	// ErrInvalidVersion for a non-version. Nil means the source's
+	// VersionComparer, if any.
 	CompareVersions func(a, b string) (int, error)
 
 	// Checkpoint, if its Path is set, makes the informer keep a
-	// checkpoint of its cache and resume from it (see CheckpointOptions).
+	// checkpoint of its cache and resume from it.
 	Checkpoint CheckpointOptions[T]
 
-	// Metrics, if set, receives the informer's measurements (see Metrics);
-	// nil measures nothing. Stats works either way.
+	// Metrics, if set, receives the informer's measurements; nil
+	// measures nothing. Stats works either way.
 	Metrics Metrics
 
-	// ListWatch tunes how the source is listed and watched: page size,
-	// streaming lists, watch timeout, backoff.
+	// ListWatch tunes how the source is listed and watched.
 	ListWatch ListWatchOptions
 
-	// ErrorHandler sees every failure: failed lists and watches, objects
-	// skipped (*ObjectError, *KeyError, *IndexError, and a *PanicError
-	// inside them for a function that panicked) and handler panics
-	// (*HandlerPanicError). An object skipped by a watch is reported
-	// before handlers see it leave (OnDelete with finalStateUnknown). Nil
-	// means logging them through Logger: at Warn, but a panic at Error
-	// with the stack (and a handler's with the handler's name), and an
-	// error identical to one logged in the last minute only as a count
-	// the next time it is logged.
+	// ErrorHandler sees every failure: failed lists and watches, skipped
+	// objects (*ObjectError, *KeyError, *IndexError) and handler panics
+	// (*HandlerPanicError). A watch's skipped object is reported before
+	// handlers see it leave. Nil logs them through Logger at Warn (a
+	// panic at Error, with its stack), repeats within a minute as a count.
 	ErrorHandler func(err error)
 
-	// Logger receives the informer's logs; nil means slog.Default(). To
-	// silence them, pass slog.New(slog.DiscardHandler).
+	// Logger receives the informer's logs; nil means slog.Default().
+	// slog.New(slog.DiscardHandler) silences them.
 	Logger *slog.Logger
 }
 
 // Informer keeps an indexed cache of a ListWatcher's objects and tells
-// handlers about every change: a Reflector feeds a queue, and the
-// informer applies what it pops to the cache, then hands a notification
-// to every handler, each on a goroutine of its own.
-//
-// An Informer is safe for concurrent use. Its cache is read through Get,
-// List, All, ByIndex and friends; it must not be written to except by the
-// informer.
+// handlers of every change, each handler on a goroutine of its own. It
+// is safe for concurrent use; its cache must not be written to.
 type Informer[K comparable, T any] struct {
 	lw     source.ListWatcher[T]
 	opts   InformerOptions[K, T]
@@ -239,12 +209,10 @@ func (inf *Informer[K, T]) report(err error) {
 }
 
 // Run lists, watches and delivers until ctx ends, then returns nil once
-// every goroutine it started has stopped: no handler is called after Run
-// returns. When ctx ends, delivery stops, but a handler's call in
-// progress is not interrupted: Run waits for it to return, however long
-// that takes, and meanwhile logs the handler as stuck, by name, every
-// HandlerOptions.StuckAfter (30 seconds by default). An Informer runs
-// once: a second call returns ErrStarted.
+// every goroutine it started has stopped: no handler is called after
+// Run returns. A handler's call in progress is not interrupted; Run
+// waits for it, logging it as stuck (see HandlerOptions.StuckAfter). A
+// second call returns ErrStarted.
 func (inf *Informer[K, T]) Run(ctx context.Context) error {
 	if !inf.started.CompareAndSwap(false, true) {
 		return ErrStarted

@@ -2,23 +2,15 @@ package mirror
 
 import "time"
 
-// Metrics receives what informers measure as they work, for a metrics
-// system to export; the prometheus module in this repository implements
-// it. Give it to an informer in InformerOptions.Metrics: nil, the default,
-// measures nothing and costs nothing.
-//
-// An informer calls Informer once, when its Run starts. Counters and
-// gauges are read when the metrics system asks, through the StatsSource
-// given to Informer, so they cost the informer nothing more than
-// the atomic counters it keeps anyway; distributions (latencies, list
-// sizes) are pushed to the InformerMetrics that Informer returns, latencies
-// sampled so that no event pays for a clock read of its own.
+// Metrics receives what informers measure, for a metrics system to export
+// (the prometheus module implements it); InformerOptions.Metrics nil, the
+// default, measures nothing. Counters and gauges are read on demand
+// through a StatsSource; distributions are pushed, sampled, to the
+// InformerMetrics that Informer returns.
 type Metrics interface {
-	// Informer is called when the Run of the informer named name starts.
-	// src reads the informer's counters, gauges and freshness as of the
-	// call; it is safe to use from any goroutine, until the
-	// InformerMetrics returned is stopped, and cheap enough for every
-	// scrape.
+	// Informer is called once, when the Run of the informer named name
+	// starts. src is safe to use from any goroutine until the
+	// InformerMetrics returned is stopped.
 	Informer(name string, src StatsSource) InformerMetrics
 }
 
@@ -32,21 +24,17 @@ type StatsSource interface {
 }
 
 // InformerMetrics receives one running informer's distributions. Its
-// methods are called from the informer's goroutines, concurrently: they
-// must be safe for concurrent use and quick, and must not call the
-// informer.
+// methods are called concurrently: they must be safe for concurrent use,
+// quick, and must not call the informer.
 type InformerMetrics interface {
-	// Listed is called when a list completes: why it was made, how many
-	// objects it held and how long it took, from its first request to
-	// its last page (or, for a streaming list, to its closing bookmark).
+	// Listed is called when a list completes: why, how many objects,
+	// and how long from its first request to its last page or bookmark.
 	Listed(cause ListCause, objects int, took time.Duration)
-	// Applied is called with the time from an event's arrival in the
-	// informer's queue (the Reflector handing it over) to the informer
-	// applying it to its cache, for a sample of the events.
+	// Applied is called with a sample of events' time from entering
+	// the queue to being applied to the cache.
 	Applied(latency time.Duration)
-	// Delivered is called with the time from the informer applying a
-	// change to a handler being called with it, for a sample of the
-	// notifications of the handler named handler.
+	// Delivered is called with a sample of the handler's notifications'
+	// time from being applied to the cache to the handler's call.
 	Delivered(handler string, latency time.Duration)
 	// Stop is called when Run returns; nothing is called after it.
 	Stop()
@@ -80,8 +68,7 @@ func (c ListCause) String() string {
 	return "unknown"
 }
 
-// InformerStats is a snapshot of an informer's counters and gauges (see
-// Informer.Stats).
+// InformerStats is a snapshot of an informer's counters and gauges.
 type InformerStats struct {
 	// Reflector holds the Reflector's counters: lists, relists and watch
 	// restarts by cause, errors by kind.
@@ -95,10 +82,8 @@ type InformerStats struct {
 	QueueAdds int64
 	// Handlers are the registered handlers, in registration order.
 	Handlers []HandlerStats
-	// ApplyErrors counts the changes the cache refused (an index function
-	// that failed: *IndexError); CheckpointErrors the checkpoints that
-	// could not be loaded or written (*CheckpointError). The Reflector's
-	// errors are in Reflector, the handlers' panics in Handlers.
+	// ApplyErrors counts changes the cache refused (*IndexError);
+	// CheckpointErrors, checkpoints not loaded or written.
 	ApplyErrors, CheckpointErrors int64
 }
 
@@ -112,17 +97,12 @@ type HandlerStats struct {
 	Delivered int64
 	// Panics counts the handler's calls that panicked.
 	Panics int64
-	// StuckFor is how long the handler's call in progress has lasted,
-	// once it has been logged as stuck (see HandlerOptions.StuckAfter);
-	// zero otherwise.
+	// StuckFor is how long a call logged as stuck has lasted; else zero.
 	StuckFor time.Duration
 }
 
-// Stats returns the informer's counters and gauges. It is safe for
-// concurrent use, cheap enough for every scrape of a metrics system, and
-// works whether or not the informer was given Metrics; before Run, the
-// Reflector's counters are zero. How current the cache is, is told by
-// Freshness.
+// Stats returns the informer's counters and gauges, cheaply, with or
+// without Metrics; before Run the Reflector's counters are zero.
 func (inf *Informer[K, T]) Stats() InformerStats {
 	s := InformerStats{
 		Objects:  inf.cache.Len(),

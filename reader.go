@@ -57,14 +57,12 @@ func (inf *Informer[K, T]) All() iter.Seq2[K, T] { return inf.cache.All() }
 // Len returns the number of cached objects.
 func (inf *Informer[K, T]) Len() int { return inf.cache.Len() }
 
-// ByIndex returns the cached objects whose index indexName has the value
-// indexedValue.
+// ByIndex is Reader.ByIndex over the cache.
 func (inf *Informer[K, T]) ByIndex(indexName, indexedValue string) ([]T, error) {
 	return inf.cache.ByIndex(indexName, indexedValue)
 }
 
-// IndexKeys returns the keys of the cached objects whose index indexName
-// has the value indexedValue.
+// IndexKeys is Reader.IndexKeys over the cache.
 func (inf *Informer[K, T]) IndexKeys(indexName, indexedValue string) ([]K, error) {
 	return inf.cache.IndexKeys(indexName, indexedValue)
 }
@@ -80,8 +78,7 @@ func (inf *Informer[K, T]) ByIndexAll(indexName, indexedValue string) iter.Seq2[
 	return inf.cache.ByIndexAll(indexName, indexedValue)
 }
 
-// ListIndexFuncValues returns every value of the index indexName under
-// which an object is cached, or nil if there is no such index.
+// ListIndexFuncValues is Reader.ListIndexFuncValues over the cache.
 func (inf *Informer[K, T]) ListIndexFuncValues(indexName string) []string {
 	return inf.cache.ListIndexFuncValues(indexName)
 }

@@ -21,19 +21,16 @@ type writeLog[K comparable] struct {
 	pruneAt int
 }
 
-// RecordWrite records that the program wrote key, and that the source
-// gave the write version v (etcd's revision in a Put's response header,
-// the resourceVersion of the object a Kubernetes update returns). Until
-// the cache has applied v, WriteApplied(key) is false and GetAfterWrite
-// waits for it, so that the program's reads of that key see its own
-// write: read-your-writes, as Kubernetes' KEP-5647 gives controllers. A
-// second record for one key keeps the newer version.
+// RecordWrite records that the program wrote key and the source gave the
+// write version v (etcd's Put revision, a Kubernetes update's
+// resourceVersion). Until the cache has applied v, WriteApplied(key) is
+// false and GetAfterWrite waits for it (read-your-writes, as KEP-5647). A
+// second record for a key keeps the newer version; a record is dropped
+// once applied.
 //
-// It returns an error wrapping ErrInvalidVersion if v is not a version of
-// the source, and one wrapping errors.ErrUnsupported if the informer
-// cannot order versions (see VersionComparer); nothing is recorded then.
-// Records are dropped once the cache has applied them; memory is bounded
-// by the writes the cache has yet to see. It is safe for concurrent use.
+// It returns an error wrapping ErrInvalidVersion if v is not a version,
+// or errors.ErrUnsupported if the informer cannot order versions; nothing
+// is recorded then.
 func (inf *Informer[K, T]) RecordWrite(key K, v string) error {
 	cmp := inf.compareVersions()
 	if cmp == nil {
@@ -86,8 +83,7 @@ func (inf *Informer[K, T]) pendingWrite(key K) (string, bool) {
 }
 
 // RecordRevision is RecordWrite for a source whose versions are decimal
-// revisions (etcd, NATS, memsource): it records rev without the caller
-// formatting it. A negative rev is not a version (ErrInvalidVersion).
+// revisions (etcd, NATS, memsource). A negative rev is ErrInvalidVersion.
 func (inf *Informer[K, T]) RecordRevision(key K, rev int64) error {
 	if rev < 0 {
 		return fmt.Errorf("mirror: record write at revision %d: %w", rev, source.ErrInvalidVersion)
@@ -95,27 +91,20 @@ func (inf *Informer[K, T]) RecordRevision(key K, rev int64) error {
 	return inf.RecordWrite(key, strconv.FormatInt(rev, 10))
 }
 
-// WriteApplied reports whether the cache holds every write of key
-// recorded with RecordWrite: whether a read of key now sees them. A
-// reconcile loop can skip, and requeue, a key for which it is false, as
-// KEP-5647's controllers do, rather than act on a state older than its
-// own write. It never blocks on the source.
+// WriteApplied reports whether a read of key now sees every write of it
+// recorded with RecordWrite; a reconcile loop can requeue a key for which
+// it is false. It never blocks.
 func (inf *Informer[K, T]) WriteApplied(key K) bool {
 	_, pending := inf.pendingWrite(key)
 	return !pending
 }
 
-// GetAfterWrite returns the cached object under key once the cache has
-// applied every write of key recorded with RecordWrite, waiting for that
-// up to opts.Timeout and asking the source for progress meanwhile, as a
-// consistent read does. It does not wait at all for a key with no such
-// write pending: it is then GetByKey.
-//
-// If the bound passes first, it returns a *StaleError wrapping
-// ErrNotCurrent, or with opts.Fallback the key as a list of the source at
-// its current version has it (a whole list: see
-// ConsistentOptions.Fallback). If ctx ends, or the informer stops, it
-// returns a *StaleError wrapping ctx.Err() or ErrStopped.
+// GetAfterWrite is GetByKey once the cache has applied every write of key
+// recorded with RecordWrite, waiting as Consistent does. With no such
+// write pending it does not wait. If the bound passes it returns a
+// *StaleError wrapping ErrNotCurrent, or with opts.Fallback the key as a
+// list of the source has it; ctx's end or the informer's stop gives a
+// *StaleError wrapping ctx.Err() or ErrStopped.
 func (inf *Informer[K, T]) GetAfterWrite(ctx context.Context, key K, opts ConsistentOptions) (item T, exists bool, err error) {
 	v, pending := inf.pendingWrite(key)
 	if !pending {

@@ -18,15 +18,12 @@ type Registration struct {
 }
 
 // HasSynced reports whether the informer has synced and this handler has
-// been handed every object of the initial list (or, for a handler added
-// late, of its replay of the cache). It never goes back to false. To wait
-// for it, use WaitForSync.
+// been handed every object of the initial list (or of its late replay of
+// the cache). It never goes back to false.
 func (r *Registration) HasSynced() bool { return r.l.hasSynced() }
 
-// WaitForSync waits until HasSynced is true and returns nil. It returns
-// ctx.Err() if ctx ends first, and the error that made the informer give
-// up if its source refused it for good before its first sync (see
-// Informer.WaitForSync).
+// WaitForSync waits until HasSynced is true and returns nil, or returns
+// ctx.Err() or the informer's permanent failure (see Informer.WaitForSync).
 func (r *Registration) WaitForSync(ctx context.Context) error {
 	return waitSynced(ctx, r.l.syncedChan(), r.failure)
 }
@@ -43,19 +40,11 @@ func (l *listener[K, T]) syncedChan() <-chan struct{} {
 	return l.syncedCh
 }
 
-// AddEventHandler registers h. It may be called before Run or while Run
-// runs. A handler added to a running informer first receives every cached
-// object as OnAdd(obj, true), then every later change. A handler added
-// while Run loads a checkpoint (see CheckpointOptions) is one registered
-// before Run: once the load is complete it receives the checkpoint's
-// objects, each once, unless HandlerOptions.ChangesOnly is set, then every
-// later change. Once the context given to Run has ended, even before Run
-// has returned, it returns ErrStopped.
-//
-// To be told each notification's key and Origin, use AddChangeHandler.
-//
-// client-go's AddEventHandler(h) is AddEventHandler(h, HandlerOptions{})
-// here, and its AddEventHandlerWithResyncPeriod(h, p) is
+// AddEventHandler registers h, before or while Run runs. A handler added
+// to a running informer first receives every cached object as OnAdd(obj,
+// true), then every later change; one added while Run loads a checkpoint
+// counts as registered before Run. Once Run's context has ended it returns
+// ErrStopped. client-go's AddEventHandlerWithResyncPeriod(h, p) is
 // AddEventHandler(h, HandlerOptions{ResyncPeriod: p}).
 func (inf *Informer[K, T]) AddEventHandler(h Handler[T], opts HandlerOptions) (*Registration, error) {
 	if h == nil {
@@ -64,13 +53,9 @@ func (inf *Informer[K, T]) AddEventHandler(h Handler[T], opts HandlerOptions) (*
 	return inf.addHandler(handlerChanges[K](h), false, opts)
 }
 
-// AddChangeHandler registers f, which is called with each notification
-// as a Change: its type, its Origin and the object's key besides what a
-// Handler is told. It is AddEventHandler in every other way: f is called
-// one change at a time, on a goroutine of its own, in the order and under
-// the terms of Handler's calls (a handler added to a running informer is
-// first handed every cached object, as Added with
-// OriginInitialList), and the errors are AddEventHandler's.
+// AddChangeHandler is AddEventHandler for a function of Changes, which
+// carry each notification's key and Origin too; a late handler's replay
+// comes as Added with OriginInitialList.
 func (inf *Informer[K, T]) AddChangeHandler(f func(Change[K, T]), opts HandlerOptions) (*Registration, error) {
 	if f == nil {
 		return nil, errors.New("mirror: AddChangeHandler with a nil function")
@@ -125,28 +110,18 @@ func (inf *Informer[K, T]) addHandler(call changeFunc[K, T], byChange bool, opts
 // promises that it is the only error, so err != nil tells it.
 var errForeignRegistration = errors.New("mirror: registration of another informer")
 
-// RemoveEventHandler unregisters the handler of r, a registration with
-// inf. Once it returns, no call of the handler begins: a call that had
-// begun by then finishes on its own (RemoveEventHandlerAndWait waits for
-// it), and the notifications still waiting for the handler are dropped.
-// Removing a handler again does nothing. It may be called from a handler,
-// the removed one included.
-//
-// If r is nil or a registration with another informer, it does nothing
-// and returns an error; that is its only error. (client-go's returns nil
-// there; here the mistake, a registration kept with the wrong informer,
-// shows.)
+// RemoveEventHandler unregisters r's handler. Once it returns no call of
+// the handler begins (one already begun finishes) and its waiting
+// notifications are dropped. Removing again does nothing; it may be called
+// from a handler. Its only error is for r nil or another informer's.
 func (inf *Informer[K, T]) RemoveEventHandler(r *Registration) error {
 	return inf.removeEventHandler(context.Background(), r, false)
 }
 
 // RemoveEventHandlerAndWait is RemoveEventHandler that also waits until
-// the handler's call in progress, if any, has returned, even if the
-// handler was removed before; then it returns nil. If ctx ends first, it
-// returns ctx.Err(), the handler removed all the same. Called from the
-// handler's own call, it would wait for that call, so until ctx ends: use
-// RemoveEventHandler there. For r nil or another informer's, it does
-// nothing and returns RemoveEventHandler's error.
+// the handler's call in progress, if any, has returned. If ctx ends first
+// it returns ctx.Err(), the handler removed all the same. Called from the
+// handler itself it waits until ctx ends: use RemoveEventHandler there.
 func (inf *Informer[K, T]) RemoveEventHandlerAndWait(ctx context.Context, r *Registration) error {
 	return inf.removeEventHandler(ctx, r, true)
 }

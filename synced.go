@@ -68,20 +68,16 @@ func (e *notSyncedError) Error() string {
 
 func (e *notSyncedError) Unwrap() []error { return []error{e.ctxErr, e.last} }
 
-// HasSynced reports whether the cache holds the whole initial list (or
-// the informer has applied a change that came before any list). It never
-// goes back to false. To wait for it, use WaitForSync.
+// HasSynced reports whether the cache holds the whole initial list (or has
+// applied a change that came before any list). It never goes back to false.
 func (inf *Informer[K, T]) HasSynced() bool { return inf.synced.Load() }
 
 // WaitForSync waits until HasSynced is true and returns nil. If ctx ends
-// first, it returns ctx.Err(), or, if the informer's last attempt to list
-// or watch its source failed, an error that names that failure, such as
-// "mirror: not synced: context deadline exceeded; last error: ...", for
-// which errors.Is finds both ctx.Err() and the failure. A failure does
-// not end the wait (the informer retries), unless the source refused the
-// informer for good before its first sync: then WaitForSync returns the
-// error that made it give up (see InformerOptions.SyncFailureLimit; the
-// error wraps ErrPermanent).
+// first, it returns ctx.Err(), or an error wrapping both it and the last
+// failure to list or watch, if any. Failures do not end the wait, unless
+// the source refused the informer for good before its first sync (see
+// InformerOptions.SyncFailureLimit): then it returns that error, which
+// wraps ErrPermanent.
 func (inf *Informer[K, T]) WaitForSync(ctx context.Context) error {
 	return waitSynced(ctx, inf.syncedCh, &inf.failure)
 }
@@ -122,16 +118,10 @@ type SyncWaiter interface {
 }
 
 // WaitForCacheSync waits until every waiter has synced and returns nil.
-// If ctx ends first, it returns the error of the first waiter, in the
-// order given, that had not synced: for an informer whose source was
-// failing, one that names the last failure (see Informer.WaitForSync),
-// else ctx.Err(). Otherwise it returns the first error a waiter returns,
-// such as an informer's source refusing it for good (wrapping
-// ErrPermanent), without waiting for the others.
-//
-// client-go's cache.WaitForCacheSync(stopCh, inf.HasSynced) is
-// WaitForCacheSync(ctx, inf) here, and it returns an error instead of a
-// bool.
+// If ctx ends first, it returns the error of the first waiter, in order,
+// that had not synced (see Informer.WaitForSync). A waiter's own error,
+// such as ErrPermanent, is returned at once. It is client-go's
+// cache.WaitForCacheSync(stopCh, inf.HasSynced), returning an error.
 func WaitForCacheSync(ctx context.Context, waiters ...SyncWaiter) error {
 	switch len(waiters) {
 	case 0:

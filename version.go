@@ -90,8 +90,7 @@ func (inf *Informer[K, T]) compareVersions() func(a, b string) (int, error) {
 }
 
 // StaleError reports that an informer's cache had not applied a version
-// when a wait for it ended: reading the cache then would have returned
-// data older than the caller asked for.
+// when a wait for it ended: a read would have returned older data.
 type StaleError struct {
 	// Want is the version waited for; "" if it could not be learnt
 	// (Consistent, when the source did not say its current version
@@ -122,19 +121,15 @@ func (e *StaleError) Error() string {
 // Unwrap returns the reason the wait ended.
 func (e *StaleError) Unwrap() error { return e.Err }
 
-// WaitForVersion blocks until the informer's cache has applied the
-// source's version v whole (every change up to v, all of v's own if the
-// source made several in one step) or a newer one, and returns nil; reads
-// of the cache from then on see every change up to v. It is woken by the
-// apply itself, not by polling.
+// WaitForVersion blocks until the cache has applied the source's version v
+// whole, or a newer one, and returns nil; reads from then on see every
+// change up to v. It may be called before Run.
 //
-// It returns an *StaleError, saying which version the cache had
-// reached, wrapping ctx.Err() if ctx ends first, ErrStopped if the
-// informer's Run returns first, or an error wrapping ErrInvalidVersion if
-// v (or a version the source sent) cannot be compared. Without a way to
-// order versions (InformerOptions.CompareVersions, VersionComparer) it
-// returns an error wrapping errors.ErrUnsupported. It may be called before
-// Run, and is safe for concurrent use.
+// Otherwise it returns a *StaleError wrapping ctx.Err() if ctx ends first,
+// ErrStopped if Run returns first, or an error wrapping ErrInvalidVersion
+// if v (or a version the source sent) cannot be compared. Without an order
+// of versions (InformerOptions.CompareVersions, VersionComparer) it returns
+// an error wrapping errors.ErrUnsupported.
 func (inf *Informer[K, T]) WaitForVersion(ctx context.Context, v string) error {
 	return inf.waitForVersion(ctx, v, nil, nil)
 }
