@@ -119,19 +119,3 @@ func (e *HandlerPanicError) Unwrap() error { return &e.PanicError }
 // minResyncPeriod is the shortest resync period a handler can have: a
 // tighter loop would mostly burn CPU re-delivering unchanged objects.
 const minResyncPeriod = time.Second
-
-// handlerChanges adapts h to the function of changes a listener calls:
-// each change becomes the Handler call it stands for. initial is OnAdd's
-// isInInitialList.
-func handlerChanges[K comparable, T any](h Handler[T]) changeFunc[K, T] {
-	return func(c Change[K, T], initial bool) {
-		switch c.Type {
-		case Added:
-			h.OnAdd(c.Object, initial)
-		case Updated:
-			h.OnUpdate(c.Old, c.Object)
-		case Deleted:
-			h.OnDelete(c.Object, c.FinalStateUnknown)
-		}
-	}
-}

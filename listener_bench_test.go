@@ -19,7 +19,7 @@ func BenchmarkListener_Deliver(b *testing.B) {
 		}
 	}}
 	p := &processor[string, string]{report: func(error) {}}
-	l := newListener(handlerChanges[string](h), 0, 0, func(error) {}, func() bool { return true })
+	l := newListener[string](h, nil, 0, 0, func(error) {}, func() bool { return true })
 	if err := p.add(l, func() { l.follow(&p.feed) }); err != nil {
 		b.Fatal(err)
 	}

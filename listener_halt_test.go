@@ -22,7 +22,7 @@ func TestListener_NoCallBeginsAfterStopButOneThatHad(t *testing.T) {
 		var entered atomic.Int64
 		h := HandlerFuncs[string]{AddFunc: func(string, bool) { entered.Add(1) }}
 		p := &processor[string, string]{report: func(error) {}}
-		l := newListener(handlerChanges[string](h), 0, 0, func(error) {}, func() bool { return true })
+		l := newListener[string](h, nil, 0, 0, func(error) {}, func() bool { return true })
 		require.NoError(t, p.add(l, func() { l.follow(&p.feed) }))
 		for range 2 * listenerBatch {
 			p.distribute(notification[string, string]{kind: notifyAdd, key: "k", obj: "v"}, false)

@@ -67,7 +67,7 @@ type testListener struct {
 
 func newTestListener(maxBacklog int) *testListener {
 	p := &processor[string, string]{report: func(error) {}}
-	l := newListener[string, string](nil, 0, maxBacklog, func(error) {}, func() bool { return true })
+	l := newListener[string, string](nil, nil, 0, maxBacklog, func(error) {}, func() bool { return true })
 	if err := p.add(l, func() { l.follow(&p.feed) }); err != nil {
 		panic(err) // a processor that was never run is never stopped
 	}
@@ -160,7 +160,7 @@ func TestListener_CollapsesOnlyPastMaxBacklog(t *testing.T) {
 // whether or not they were published yet.
 func TestListener_OwnNotificationsKeepTheirPlaceAmongTheFeeds(t *testing.T) {
 	tl := newTestListener(0)
-	other := newListener[string, string](nil, 0, 0, func(error) {}, func() bool { return true })
+	other := newListener[string, string](nil, nil, 0, 0, func(error) {}, func() bool { return true })
 	require.NoError(t, tl.p.add(other, func() { other.follow(&tl.p.feed) }))
 	tl.p.syncing = []*listener[string, string]{tl.l} // due for a resync; other is not
 
@@ -221,7 +221,7 @@ func FuzzProcessor(f *testing.F) {
 		ls := make([]*listener[string, string], listeners)
 		models := make([][]want, listeners)
 		for i := range ls {
-			ls[i] = newListener[string, string](nil, 0, 0, func(error) {}, func() bool { return true })
+			ls[i] = newListener[string, string](nil, nil, 0, 0, func(error) {}, func() bool { return true })
 			l := ls[i]
 			require.NoError(t, p.add(l, func() { l.follow(&p.feed) }))
 		}

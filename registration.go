@@ -50,7 +50,7 @@ func (inf *Informer[K, T]) AddEventHandler(h Handler[T], opts HandlerOptions) (*
 	if h == nil {
 		return nil, errors.New("mirror: AddEventHandler with a nil handler")
 	}
-	return inf.addHandler(handlerChanges[K](h), false, opts)
+	return inf.addHandler(h, nil, opts)
 }
 
 // AddChangeHandler is AddEventHandler for a function of Changes, which
@@ -60,13 +60,11 @@ func (inf *Informer[K, T]) AddChangeHandler(f func(Change[K, T]), opts HandlerOp
 	if f == nil {
 		return nil, errors.New("mirror: AddChangeHandler with a nil function")
 	}
-	return inf.addHandler(func(c Change[K, T], _ bool) { f(c) }, true, opts)
+	return inf.addHandler(nil, f, opts)
 }
 
-// addHandler registers call, a handler's function of changes; byChange
-// says that it was registered as one (AddChangeHandler), for the
-// watchdog's logs.
-func (inf *Informer[K, T]) addHandler(call changeFunc[K, T], byChange bool, opts HandlerOptions) (*Registration, error) {
+// addHandler registers h or f, whichever is not nil.
+func (inf *Informer[K, T]) addHandler(h Handler[T], f func(Change[K, T]), opts HandlerOptions) (*Registration, error) {
 	period := opts.ResyncPeriod
 	if period == 0 {
 		period = inf.opts.ResyncPeriod
@@ -77,8 +75,8 @@ func (inf *Informer[K, T]) addHandler(call changeFunc[K, T], byChange bool, opts
 	if period > 0 && period < minResyncPeriod {
 		period = minResyncPeriod
 	}
-	l := newListener(call, period, opts.MaxBacklog, inf.report, inf.HasSynced)
-	l.name, l.changesOnly, l.byChange = opts.Name, opts.ChangesOnly, byChange
+	l := newListener(h, f, period, opts.MaxBacklog, inf.report, inf.HasSynced)
+	l.name, l.changesOnly = opts.Name, opts.ChangesOnly
 	l.stuckAfter = stuckAfter(opts.StuckAfter)
 
 	inf.applyMu.Lock()

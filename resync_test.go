@@ -58,7 +58,7 @@ func TestProcessor_ShouldResyncFindsEachHandlerOncePerPeriod(t *testing.T) {
 			p := &processor[string, string]{report: func(error) {}}
 			ls := make([]*listener[string, string], len(tt.periods))
 			for i, period := range tt.periods {
-				ls[i] = newListener[string, string](nil, period, 0, func(error) {}, func() bool { return true })
+				ls[i] = newListener[string, string](nil, nil, period, 0, func(error) {}, func() bool { return true })
 				require.NoError(t, p.add(ls[i], func() {}))
 				ls[i].nextResync = start.Add(period)
 			}
@@ -102,7 +102,7 @@ func TestProcessor_NextResyncFollowsTheHandlers(t *testing.T) {
 			}
 		}
 		add := func(period time.Duration) *listener[string, string] {
-			l := newListener[string, string](nil, period, 0, func(error) {}, func() bool { return true })
+			l := newListener[string, string](nil, nil, period, 0, func(error) {}, func() bool { return true })
 			require.NoError(t, p.add(l, func() {}))
 			return l
 		}
