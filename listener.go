@@ -21,8 +21,6 @@ import (
 // per key, and does the same with everything published until pending has
 // drained.
 type listener[K comparable, T any] struct {
-	// call is the handler: a function of changes, or a Handler adapted
-	// to one (see handlerChanges).
 	// Exactly one of h (AddEventHandler) and f (AddChangeHandler) is set.
 	// A Handler is called directly rather than through a function of
 	// changes: with many handlers, the Change built and the extra
