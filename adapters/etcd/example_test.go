@@ -168,7 +168,7 @@ func ExampleListWatcher() {
 	// listed /services/c c.local:80
 	// skipped /services/broken
 	// listed at revision 5
-	// Deleted /services/b at revision 6 key only: true
+	// deleted /services/b at revision 6 key only: true
 }
 
 // newClient returns a *clientv3.Client served by a new, empty in-memory

@@ -115,7 +115,7 @@ func TestRun_FilesFollowEtcd(t *testing.T) {
 	assert.Contains(t, out.String(), "interrupted\n")
 	assert.Contains(t, out.String(), "summary: [] in "+dir+"; ")
 	assert.Contains(t, out.String(), "removed stale.conf  (/svc/stale is gone)")
-	assert.Contains(t, out.String(), `reconcile: reconcile "render": key /svc/a/b (dropped): "/svc/a/b": `+errBadName.Error())
+	assert.Contains(t, out.String(), `reconcile: reconcile "render": key /svc/a/b: attempt 1 failed, terminal error, dropped: "/svc/a/b": `+errBadName.Error())
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
 	require.Len(t, entries, 1, "no temporary file left")

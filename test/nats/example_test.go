@@ -143,8 +143,8 @@ func Example_listThenWatch() {
 	}
 	// Output:
 	// listed mode=blue at rev 1
-	// Modified mode=green at rev 2
-	// Deleted mode= at rev 3
+	// updated mode=green at rev 2
+	// deleted mode= at rev 3
 }
 
 // startExampleServer starts a nats-server with JetStream on a loopback
