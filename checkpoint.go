@@ -51,8 +51,8 @@ type CheckpointOptions[T any] struct {
 type checkpointSeam[T any] interface {
 	// snapshot returns the cache's objects and the version they are at,
 	// taken together: "" if the cache is at no version yet. If the cache
-	// holds only part of the change at its version, it returns no
-	// objects and a channel closed once the rest is in.
+	// holds only part of the change at its version, or part of a list,
+	// it returns no objects and a channel closed once the rest is in.
 	snapshot() (objs []T, rv string, wait <-chan struct{})
 	// restore fills the empty cache with the objects fill puts, after
 	// fill has said, through reserve, how many to expect. If fill or a
@@ -215,8 +215,8 @@ func (c *checkpointer[T]) run(ctx context.Context) {
 }
 
 // write writes a checkpoint of the cache at the version it is at, if it
-// is at one yet. If the cache holds part of a change (see Event.More), it
-// waits for the rest while ctx lasts, and else writes nothing: the
+// is at one yet. If the cache holds part of a change (see Event.More) or
+// of a list, it waits for the rest while ctx lasts, and else writes nothing: the
 // previous checkpoint stays, whole.
 func (c *checkpointer[T]) write(ctx context.Context) {
 	objs, rv, wait := c.seam.snapshot()
@@ -246,6 +246,11 @@ func (inf *Informer[K, T]) snapshot() (objs []T, rv string, wait <-chan struct{}
 	inf.applyMu.Lock()
 	defer inf.applyMu.Unlock()
 	if wait := inf.partial.wait(); wait != nil {
+		return nil, inf.appliedRV, wait
+	}
+	if wait := inf.halfListed.wait(); wait != nil {
+		// The cache's objects are not all at appliedRV: a watch from
+		// it, resumed, would bring history some are already past.
 		return nil, inf.appliedRV, wait
 	}
 	if inf.appliedRV == "" {

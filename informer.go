@@ -128,6 +128,12 @@ type Informer[K comparable, T any] struct {
 	// partial says whether the cache holds part of the change at
 	// appliedRV. Guarded by applyMu.
 	partial partialChange
+	// halfListed says whether the cache holds part of a list: chunks of
+	// a list applied directly (see listing.direct), whose end has not
+	// come, or which was abandoned and awaits the next list's end. The
+	// cache then holds states newer than appliedRV next to older ones.
+	// Guarded by applyMu.
+	halfListed partialChange
 	// versions tells waiters the version the cache has applied; the
 	// goroutine applying publishes to it after each batch.
 	versions versionGate

@@ -160,6 +160,7 @@ func (inf *Informer[K, T]) applyListPart(part *listPart[K, T], initialList bool)
 		}
 		return
 	}
+	inf.halfListed.begin()
 	inf.applyPart(part, initialList && !inf.synced.Load())
 }
 
@@ -203,6 +204,8 @@ func (inf *Informer[K, T]) applyPartFrom(part *listPart[K, T], i int, initial bo
 func (inf *Informer[K, T]) applyListEnd(initial bool) {
 	l := inf.listing
 	inf.listing = nil
+	// Whole from here on, whatever an earlier list left half applied.
+	defer inf.halfListed.end()
 	if l == nil {
 		l = &listing[K, T]{} // an empty list
 	}

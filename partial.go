@@ -30,11 +30,23 @@ func (p *partialChange) set(pos position) {
 	if pos.rv == "" {
 		return
 	}
-	if p.open && !pos.more && p.done != nil {
+	if pos.more {
+		p.begin()
+	} else {
+		p.end()
+	}
+}
+
+// begin records that a change is partly taken.
+func (p *partialChange) begin() { p.open = true }
+
+// end records that the change partly taken, if any, has been taken whole.
+func (p *partialChange) end() {
+	if p.done != nil {
 		close(p.done)
 		p.done = nil
 	}
-	p.open = pos.more
+	p.open = false
 }
 
 // wait returns nil if no change is partly taken, or else a channel closed
