@@ -98,10 +98,8 @@ func keyText(key any) string {
 	switch k := key.(type) {
 	case string:
 		s = k
-	case fmt.Stringer:
-		s = k.String()
 	default:
-		s = fmt.Sprint(key)
+		s = fmt.Sprint(key) // fmt catches a panic in a String method
 	}
 	return clip(s, maxNameText)
 }
@@ -111,8 +109,13 @@ func causeText(err error) string {
 	if err == nil {
 		return "<nil>"
 	}
-	return clip(err.Error(), maxCauseText)
+	return clip(errorText(err), maxCauseText)
 }
+
+// errorText is err's message, as err.Error() gives it, unless that panics
+// (a typed nil error, say): fmt catches the panic and names it, so that a
+// user's broken error never panics the code reporting it.
+func errorText(err error) string { return fmt.Sprint(err) }
 
 // clip returns s cut to at most n bytes, at a character boundary, with a
 // marker saying how much was left out.
@@ -156,14 +159,14 @@ func logText(s string, n int) string {
 // wraps the original, so errors.Is and errors.As see through it.
 type boundedError struct{ err error }
 
-func (e *boundedError) Error() string { return clip(e.err.Error(), maxReportText) }
+func (e *boundedError) Error() string { return clip(errorText(e.err), maxReportText) }
 func (e *boundedError) Unwrap() error { return e.err }
 
 // bounded returns err, or, if its message is longer than maxReportText
 // (the errors of many objects joined, say), err wrapped so that its
 // message is cut.
 func bounded(err error) error {
-	if err == nil || len(err.Error()) <= maxReportText {
+	if err == nil || len(errorText(err)) <= maxReportText {
 		return err
 	}
 	return &boundedError{err}
