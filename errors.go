@@ -133,7 +133,8 @@ func clip(s string, n int) string {
 // logText is s made fit for one log line: invalid UTF-8 and control
 // characters other than newline and tab replaced, then cut where its
 // escaped form (as a text or JSON log handler writes it, a newline as two
-// bytes) would pass n bytes, so that no escaping can make it much longer.
+// bytes, an unprintable character as \uXXXX) would pass n bytes, so that
+// no escaping can make it longer.
 func logText(s string, n int) string {
 	var b strings.Builder
 	cost := 0
@@ -144,6 +145,13 @@ func logText(s string, n int) string {
 			c = 2
 		case r < 0x20 || r == 0x7f || r == utf8.RuneError:
 			r, c = utf8.RuneError, 3
+		case !strconv.IsPrint(r):
+			// A text handler quotes it as \uXXXX or \UXXXXXXXX, a JSON
+			// handler U+2028 and U+2029 as \uXXXX.
+			c = 6
+			if r > 0xffff {
+				c = 10
+			}
 		}
 		if cost+c > n {
 			b.WriteString("…[" + strconv.Itoa(len(s)-i) + " bytes cut]")
