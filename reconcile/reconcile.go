@@ -118,7 +118,9 @@ func (e *Error[K]) Error() string {
 func errText(err error) string {
 	p, ok := err.(*mirror.PanicError)
 	if !ok {
-		return err.Error()
+		// Through fmt, which names a panic of the Error method (a typed
+		// nil returned as the error, say) instead of passing it on.
+		return fmt.Sprint(err)
 	}
 	var text string
 	switch v := p.Value.(type) {
