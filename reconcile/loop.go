@@ -278,7 +278,7 @@ func (l *Loop[K]) report(e *Error[K]) {
 	}
 	attrs := []slog.Attr{
 		slog.String("loop", l.opts.Name),
-		slog.Any("key", e.Key),
+		keyAttr(e.Key),
 		slog.Int("attempts", e.Retries+1),
 		slog.Bool("dropped", e.Dropped),
 		slog.String("err", errText(e.Err)),
@@ -287,4 +287,13 @@ func (l *Loop[K]) report(e *Error[K]) {
 		attrs = append(attrs, slog.String("stack", string(p.Stack)))
 	}
 	l.opts.Logger.LogAttrs(context.Background(), slog.LevelError, msg, attrs...)
+}
+
+// keyAttr is key as a log attribute: as it is, unless its text is longer
+// than maxKeyText, then that text cut (see keyText).
+func keyAttr(key any) slog.Attr {
+	if text := keyText(key); text != fmt.Sprint(key) {
+		return slog.String("key", text)
+	}
+	return slog.Any("key", key)
 }
