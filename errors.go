@@ -98,10 +98,8 @@ func keyText(key any) string {
 	switch k := key.(type) {
 	case string:
 		s = k
-	case fmt.Stringer:
-		s = k.String()
 	default:
-		s = fmt.Sprint(key)
+		s = fmt.Sprint(key) // fmt catches a panic in a String method
 	}
 	return clip(s, maxNameText)
 }
@@ -111,8 +109,13 @@ func causeText(err error) string {
 	if err == nil {
 		return "<nil>"
 	}
-	return clip(err.Error(), maxCauseText)
+	return clip(errorText(err), maxCauseText)
 }
+
+// errorText is err's message, as err.Error() gives it, unless that panics
+// (a typed nil error, say): fmt catches the panic and names it, so that a
+// user's broken error never panics the code reporting it.
+func errorText(err error) string { return fmt.Sprint(err) }
 
 // clip returns s cut to at most n bytes, at a character boundary, with a
 // marker saying how much was left out.
@@ -130,7 +133,8 @@ func clip(s string, n int) string {
 // logText is s made fit for one log line: invalid UTF-8 and control
 // characters other than newline and tab replaced, then cut where its
 // escaped form (as a text or JSON log handler writes it, a newline as two
-// bytes) would pass n bytes, so that no escaping can make it much longer.
+// bytes, an unprintable character as \uXXXX) would pass n bytes, so that
+// no escaping can make it longer.
 func logText(s string, n int) string {
 	var b strings.Builder
 	cost := 0
@@ -141,6 +145,13 @@ func logText(s string, n int) string {
 			c = 2
 		case r < 0x20 || r == 0x7f || r == utf8.RuneError:
 			r, c = utf8.RuneError, 3
+		case !strconv.IsPrint(r):
+			// A text handler quotes it as \uXXXX or \UXXXXXXXX, a JSON
+			// handler U+2028 and U+2029 as \uXXXX.
+			c = 6
+			if r > 0xffff {
+				c = 10
+			}
 		}
 		if cost+c > n {
 			b.WriteString("…[" + strconv.Itoa(len(s)-i) + " bytes cut]")
@@ -156,14 +167,14 @@ func logText(s string, n int) string {
 // wraps the original, so errors.Is and errors.As see through it.
 type boundedError struct{ err error }
 
-func (e *boundedError) Error() string { return clip(e.err.Error(), maxReportText) }
+func (e *boundedError) Error() string { return clip(errorText(e.err), maxReportText) }
 func (e *boundedError) Unwrap() error { return e.err }
 
 // bounded returns err, or, if its message is longer than maxReportText
 // (the errors of many objects joined, say), err wrapped so that its
 // message is cut.
 func bounded(err error) error {
-	if err == nil || len(err.Error()) <= maxReportText {
+	if err == nil || len(errorText(err)) <= maxReportText {
 		return err
 	}
 	return &boundedError{err}

@@ -108,7 +108,7 @@ type HandlerPanicError struct {
 // Error implements error.
 func (e *HandlerPanicError) Error() string {
 	if e.Handler != "" {
-		return fmt.Sprintf("mirror: event handler %q panicked: %s", e.Handler, panicText(e.Value))
+		return fmt.Sprintf("mirror: event handler %q panicked: %s", clip(e.Handler, maxNameText), panicText(e.Value))
 	}
 	return "mirror: event handler panicked: " + panicText(e.Value)
 }

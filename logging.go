@@ -97,7 +97,7 @@ func errorKey(err error) string {
 // errAttr is err as a log attribute, its text made fit for a log line
 // (see logText).
 func errAttr(err error) slog.Attr {
-	return slog.String("err", logText(err.Error(), maxLogErrText))
+	return slog.String("err", logText(errorText(err), maxLogErrText))
 }
 
 // innermost follows err's causes to the last one: for an error that

@@ -157,5 +157,5 @@ func WaitForCacheSync(ctx context.Context, waiters ...SyncWaiter) error {
 			return err
 		}
 	}
-	return ctx.Err()
+	return nil // every waiter synced, before the context ended
 }

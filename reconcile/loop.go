@@ -1,11 +1,13 @@
 package reconcile
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"strconv"
 	"sync"
 
 	"github.com/listwatch/mirror"
@@ -37,7 +39,7 @@ type Options struct {
 	// ErrorHandler, if not nil, is called with an *Error[K] for each
 	// failed Reconcile, from the worker, once the key has been let go of.
 	// Nil logs the failure through Logger at Error level, with the
-	// stack of a key's first panic (see Error.Err).
+	// stack of a key's first panic (see Error.Err), cut to a few KB.
 	ErrorHandler func(error)
 	// Logger is where failures are logged when ErrorHandler is nil. Nil
 	// means slog.Default().
@@ -278,13 +280,37 @@ func (l *Loop[K]) report(e *Error[K]) {
 	}
 	attrs := []slog.Attr{
 		slog.String("loop", l.opts.Name),
-		slog.Any("key", e.Key),
+		keyAttr(e.Key),
 		slog.Int("attempts", e.Retries+1),
 		slog.Bool("dropped", e.Dropped),
 		slog.String("err", errText(e.Err)),
 	}
 	if p, ok := e.Err.(*mirror.PanicError); ok && len(p.Stack) > 0 {
-		attrs = append(attrs, slog.String("stack", string(p.Stack)))
+		attrs = append(attrs, slog.String("stack", stackText(p.Stack)))
 	}
 	l.opts.Logger.LogAttrs(context.Background(), slog.LevelError, msg, attrs...)
+}
+
+// keyAttr is key as a log attribute: as it is, unless its text is longer
+// than maxKeyText, then that text cut (see keyText).
+func keyAttr(key any) slog.Attr {
+	if text := keyText(key); text != fmt.Sprint(key) {
+		return slog.String("key", text)
+	}
+	return slog.Any("key", key)
+}
+
+// maxLogStack caps the stack in a log line, so that the line stays under
+// 4 KB; the frames nearest the panic come first, and tell where it was.
+// An ErrorHandler gets the whole stack (Error.Err's Stack).
+const maxLogStack = 2048
+
+// stackText is stack cut, at the end of a line, to maxLogStack bytes,
+// saying how much was left out.
+func stackText(stack []byte) string {
+	if len(stack) <= maxLogStack {
+		return string(stack)
+	}
+	n := bytes.LastIndexByte(stack[:maxLogStack], '\n') + 1
+	return string(stack[:n]) + "…[" + strconv.Itoa(len(stack)-n) + " bytes cut]"
 }

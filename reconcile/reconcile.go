@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -108,7 +109,25 @@ func (e *Error[K]) Error() string {
 	if e.Loop != "" {
 		loop = fmt.Sprintf("reconcile %q", e.Loop)
 	}
-	return fmt.Sprintf("%s: key %v: %s: %s", loop, e.Key, what, errText(e.Err))
+	return fmt.Sprintf("%s: key %s: %s: %s", loop, keyText(e.Key), what, errText(e.Err))
+}
+
+// maxKeyText caps the text of a key in a report, as the mirror's own
+// errors cap theirs.
+const maxKeyText = 256
+
+// keyText formats key as %v does, cut to maxKeyText bytes at a character
+// boundary, saying how much was left out.
+func keyText(key any) string {
+	text := fmt.Sprint(key)
+	if len(text) <= maxKeyText {
+		return text
+	}
+	n := maxKeyText
+	for n > 0 && !utf8.RuneStart(text[n]) {
+		n--
+	}
+	return text[:n] + "…[" + strconv.Itoa(len(text)-n) + " bytes cut]"
 }
 
 // errText is err's message, but for a panic of Reconcile (which the loop
@@ -118,7 +137,9 @@ func (e *Error[K]) Error() string {
 func errText(err error) string {
 	p, ok := err.(*mirror.PanicError)
 	if !ok {
-		return err.Error()
+		// Through fmt, which names a panic of the Error method (a typed
+		// nil returned as the error, say) instead of passing it on.
+		return fmt.Sprint(err)
 	}
 	var text string
 	switch v := p.Value.(type) {
