@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/listwatch/mirror/internal/textcap"
 )
 
 // Queue errors.
@@ -101,7 +103,7 @@ func keyText(key any) string {
 	default:
 		s = fmt.Sprint(key) // fmt catches a panic in a String method
 	}
-	return clip(s, maxNameText)
+	return textcap.Clip(s, maxNameText)
 }
 
 // causeText is err's message cut to maxCauseText ("<nil>" for nil).
@@ -109,26 +111,13 @@ func causeText(err error) string {
 	if err == nil {
 		return "<nil>"
 	}
-	return clip(errorText(err), maxCauseText)
+	return textcap.Clip(errorText(err), maxCauseText)
 }
 
 // errorText is err's message, as err.Error() gives it, unless that panics
 // (a typed nil error, say): fmt catches the panic and names it, so that a
 // user's broken error never panics the code reporting it.
 func errorText(err error) string { return fmt.Sprint(err) }
-
-// clip returns s cut to at most n bytes, at a character boundary, with a
-// marker saying how much was left out.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…[" + strconv.Itoa(len(s)-cut) + " bytes cut]"
-}
 
 // logText is s made fit for one log line: invalid UTF-8 and control
 // characters other than newline and tab replaced, then cut where its
@@ -167,7 +156,7 @@ func logText(s string, n int) string {
 // wraps the original, so errors.Is and errors.As see through it.
 type boundedError struct{ err error }
 
-func (e *boundedError) Error() string { return clip(errorText(e.err), maxReportText) }
+func (e *boundedError) Error() string { return textcap.Clip(errorText(e.err), maxReportText) }
 func (e *boundedError) Unwrap() error { return e.err }
 
 // bounded returns err, or, if its message is longer than maxReportText

@@ -3,6 +3,8 @@ package mirror
 import (
 	"fmt"
 	"time"
+
+	"github.com/listwatch/mirror/internal/textcap"
 )
 
 // Handler receives an Informer's notifications. Each registered Handler
@@ -108,7 +110,7 @@ type HandlerPanicError struct {
 // Error implements error.
 func (e *HandlerPanicError) Error() string {
 	if e.Handler != "" {
-		return fmt.Sprintf("mirror: event handler %q panicked: %s", clip(e.Handler, maxNameText), panicText(e.Value))
+		return fmt.Sprintf("mirror: event handler %q panicked: %s", textcap.Clip(e.Handler, maxNameText), panicText(e.Value))
 	}
 	return "mirror: event handler panicked: " + panicText(e.Value)
 }

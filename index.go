@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+
+	"github.com/listwatch/mirror/internal/textcap"
 )
 
 // IndexFunc computes the values, any number, under which an object is
@@ -40,7 +42,7 @@ func (e *IndexError) Error() string {
 	if e.Key != nil {
 		obj = describeKeyed(e.Key, e.Object)
 	}
-	return fmt.Sprintf("mirror: index %q failed for %s: %s", clip(e.Index, maxNameText), obj, causeText(e.Err))
+	return fmt.Sprintf("mirror: index %q failed for %s: %s", textcap.Clip(e.Index, maxNameText), obj, causeText(e.Err))
 }
 
 // withKey sets key as the Key of err if err is an *IndexError without one,

@@ -3,6 +3,8 @@ package mirror
 import (
 	"errors"
 	"strconv"
+
+	"github.com/listwatch/mirror/internal/textcap"
 )
 
 // Errors a ListWatcher reports, classified for the Reflector. Sources wrap
@@ -33,7 +35,7 @@ type ObjectError struct {
 // Error implements error. It bounds the length of Key and of the cause's
 // text.
 func (e *ObjectError) Error() string {
-	return "mirror: object " + strconv.Quote(clip(e.Key, maxNameText)) + " skipped: " + causeText(e.Err)
+	return "mirror: object " + strconv.Quote(textcap.Clip(e.Key, maxNameText)) + " skipped: " + causeText(e.Err)
 }
 
 // Unwrap returns the cause.

@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/listwatch/mirror/internal/textcap"
 )
 
 // logRepeatWindow is how long an error that was just logged is kept out of
@@ -85,11 +87,11 @@ func (l *logLimiter) logError(logger *slog.Logger, msg string, err error) {
 func errorKey(err error) string {
 	var pe *HandlerPanicError
 	if errors.As(err, &pe) {
-		return "panic\x00" + clip(pe.Handler, maxNameText) + "\x00" + panicText(pe.Value)
+		return "panic\x00" + textcap.Clip(pe.Handler, maxNameText) + "\x00" + panicText(pe.Value)
 	}
 	var oe *ObjectError
 	if errors.As(err, &oe) {
-		return "object\x00" + clip(oe.Key, maxNameText) + "\x00" + causeText(innermost(oe.Err))
+		return "object\x00" + textcap.Clip(oe.Key, maxNameText) + "\x00" + causeText(innermost(oe.Err))
 	}
 	return causeText(innermost(err))
 }

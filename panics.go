@@ -3,6 +3,8 @@ package mirror
 import (
 	"fmt"
 	"runtime/debug"
+
+	"github.com/listwatch/mirror/internal/textcap"
 )
 
 // PanicError reports a recovered panic in a user function: a key, index
@@ -31,7 +33,7 @@ func (e *PanicError) Error() string { return "panic: " + panicText(e.Value) }
 func panicText(v any) string {
 	switch v := v.(type) {
 	case string:
-		return clip(v, maxCauseText)
+		return textcap.Clip(v, maxCauseText)
 	case error:
 		return causeText(v)
 	case bool, int, int8, int16, int32, int64, uint, uint8, uint16, uint32, uint64, uintptr, float32, float64:

@@ -4,11 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/internal/textcap"
 )
 
 // Reconciler makes the world match the state of the object named by a key.
@@ -116,19 +115,8 @@ func (e *Error[K]) Error() string {
 // errors cap theirs.
 const maxKeyText = 256
 
-// keyText formats key as %v does, cut to maxKeyText bytes at a character
-// boundary, saying how much was left out.
-func keyText(key any) string {
-	text := fmt.Sprint(key)
-	if len(text) <= maxKeyText {
-		return text
-	}
-	n := maxKeyText
-	for n > 0 && !utf8.RuneStart(text[n]) {
-		n--
-	}
-	return text[:n] + "…[" + strconv.Itoa(len(text)-n) + " bytes cut]"
-}
+// keyText formats key as %v does, cut to maxKeyText bytes.
+func keyText(key any) string { return textcap.Clip(fmt.Sprint(key), maxKeyText) }
 
 // errText is err's message, but for a panic of Reconcile (which the loop
 // returns as is, not wrapped) one line naming the panic value's type and,
@@ -152,14 +140,7 @@ func errText(err error) string {
 	default:
 		return fmt.Sprintf("panic (%T)", p.Value)
 	}
-	if len(text) > maxPanicText {
-		n := maxPanicText
-		for n > 0 && !utf8.RuneStart(text[n]) {
-			n--
-		}
-		text = text[:n] + "…"
-	}
-	return fmt.Sprintf("panic (%T): %q", p.Value, text)
+	return fmt.Sprintf("panic (%T): %q", p.Value, textcap.Clip(text, maxPanicText))
 }
 
 // maxPanicText caps the text of a panic value in a report.
