@@ -1,0 +1,55 @@
+package shard
+
+import (
+	"hash/fnv"
+	"math/bits"
+)
+
+// DefaultShards is the number of shards a Member divides the hash space
+// into when MemberOptions.Shards is zero.
+const DefaultShards = 256
+
+// Hash returns the 64-bit FNV-1a hash of s: the hash Kubernetes' sharded
+// list and watch (KEP-5866) computes of an object's field, so a shard's
+// Range can be asked of a kube-apiserver as a selector.
+func Hash(s string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return h.Sum64()
+}
+
+// Of returns the shard, in [0, n), whose Range holds hash h. n must be
+// positive.
+func Of(h uint64, n int) int {
+	hi, _ := bits.Mul64(h, uint64(n))
+	return int(hi)
+}
+
+// Range is a contiguous range of the 64-bit hash space, both ends
+// included.
+type Range struct {
+	First, Last uint64
+}
+
+// Contains reports whether h lies in r.
+func (r Range) Contains(h uint64) bool { return r.First <= h && h <= r.Last }
+
+// RangeOf returns the hashes shard s of n holds: the hashes h with
+// Of(h, n) == s. The n ranges are contiguous, in shard order, and cover
+// the whole space.
+func RangeOf(s, n int) Range {
+	return Range{First: lowest(s, n), Last: lowest(s+1, n) - 1}
+}
+
+// lowest returns the smallest hash of shard s of n (0 for s == n, the
+// wrapped end of the space): ceil(s * 2^64 / n).
+func lowest(s, n int) uint64 {
+	if s >= n {
+		return 0
+	}
+	q, r := bits.Div64(uint64(s), 0, uint64(n))
+	if r != 0 {
+		q++
+	}
+	return q
+}
