@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/shard"
 	"github.com/listwatch/mirror/workqueue"
 )
 
@@ -44,6 +45,23 @@ type Options struct {
 	// Logger is where failures are logged when ErrorHandler is nil. Nil
 	// means slog.Default().
 	Logger *slog.Logger
+
+	// Shards, if not nil, makes the loop one replica of a sharded
+	// controller: it reconciles only the keys of the shards the member
+	// holds, each only while the member grants it (see shard.Member.Hold),
+	// with the claim's shard.Token in Reconcile's ctx. A watched change of
+	// a key in another shard is not queued; the keys of a shard the member
+	// gains (those in the watched informers' caches, and those seen deleted
+	// within twice the lease's TTL) are queued at background priority; the
+	// queued keys of a shard it loses are dropped, and the ctx of its
+	// Reconcile calls in progress ends, before the shard is released.
+	// The loop does not run the member: run it beside the loop. The
+	// informers run on every replica, so a replica that gains a shard
+	// lists nothing.
+	Shards *shard.Member
+	// ShardKey places a key in a shard by its 64-bit hash. Nil means
+	// KeyHash. Every replica must use the same.
+	ShardKey func(key any) uint64
 }
 
 // Loop is a reconcile loop: a queue of keys, fed by the informers it
@@ -56,16 +74,19 @@ type Loop[K comparable] struct {
 	priority func(mirror.Origin) workqueue.Priority
 	q        *workqueue.Queue[K]
 
+	sh       *sharding[K] // nil unless Options.Shards is set
+
 	mu      sync.Mutex
 	started bool
-	watched []watch
+	watched []watch[K]
 	stacked map[K]struct{} // keys whose panic's stack was reported
 }
 
 // watch is a handler Watch registered, to wait for and to remove.
-type watch struct {
+type watch[K comparable] struct {
 	reg    *mirror.Registration
 	remove func()
+	keys   func(yield func(K) bool) // the keys in the informer's cache
 }
 
 // New returns a loop that reconciles keys with r, which must not be nil.
@@ -80,7 +101,7 @@ func New[K comparable](r Reconciler[K], opts Options) *Loop[K] {
 	if opts.Queue.Name == "" {
 		opts.Queue.Name = opts.Name
 	}
-	l := &Loop[K]{r: r, opts: opts, priority: opts.Priority, q: workqueue.New[K](opts.Queue), stacked: map[K]struct{}{}}
+	l := &Loop[K]{r: r, opts: opts, priority: opts.Priority, q: workqueue.New[K](opts.Queue), stacked: map[K]struct{}{}, sh: newSharding[K](opts)}
 	if l.priority == nil {
 		l.priority = DefaultPriority
 	}
@@ -127,14 +148,30 @@ func Watch[K comparable, T any](l *Loop[K], inf *mirror.Informer[K, T], opts mir
 	if l.started {
 		return nil, ErrStarted
 	}
-	q, priority := l.q, l.priority
+	q, priority, sh := l.q, l.priority, l.sh
 	reg, err := inf.AddChangeHandler(func(c mirror.Change[K, T]) {
+		if sh != nil && !sh.owns(c.Key) {
+			if c.Type == mirror.Deleted {
+				sh.park(c.Key)
+			}
+			return
+		}
 		q.AddWithPriority(c.Key, priority(c.Origin))
 	}, opts)
 	if err != nil {
 		return nil, fmt.Errorf("reconcile: watch: %w", err)
 	}
-	l.watched = append(l.watched, watch{reg: reg, remove: func() { _ = inf.RemoveEventHandler(reg) }})
+	l.watched = append(l.watched, watch[K]{
+		reg:    reg,
+		remove: func() { _ = inf.RemoveEventHandler(reg) },
+		keys: func(yield func(K) bool) {
+			for k := range inf.All() {
+				if !yield(k) {
+					return
+				}
+			}
+		},
+	})
 	return reg, nil
 }
 
@@ -160,6 +197,19 @@ func (l *Loop[K]) Run(ctx context.Context) error {
 	watched := l.watched
 	l.mu.Unlock()
 
+	var fillers sync.WaitGroup
+	if l.sh != nil {
+		keys := make([]func(yield func(K) bool), len(watched))
+		for i, w := range watched {
+			keys[i] = w.keys
+		}
+		fctx, stop := context.WithCancel(ctx)
+		defer fillers.Wait()
+		defer stop()
+		unsubscribe := l.sh.m.Subscribe(l.sh.gain)
+		defer unsubscribe()
+		fillers.Go(func() { l.sh.fill(fctx, l.q, keys) })
+	}
 	waiters := make([]mirror.SyncWaiter, len(watched))
 	for i, w := range watched {
 		waiters[i] = w.reg
@@ -194,17 +244,27 @@ func (l *Loop[K]) work(ctx context.Context) {
 		if err != nil {
 			return
 		}
-		if e := l.process(ctx, key); e != nil {
+		rctx, done := ctx, func() {}
+		if l.sh != nil {
+			var ok bool
+			if rctx, done, ok = l.hold(ctx, key); !ok {
+				continue
+			}
+		}
+		e := l.process(ctx, rctx, key)
+		done()
+		if e != nil {
 			l.report(e)
 		}
 	}
 }
 
-// process reconciles key, queues it again as the outcome asks, and lets
-// go of it; it returns the failure to report, if any.
-func (l *Loop[K]) process(ctx context.Context, key K) *Error[K] {
+// process reconciles key with rctx (ctx, or a shard's grant derived from
+// it), queues it again as the outcome asks, and lets go of it; it returns
+// the failure to report, if any.
+func (l *Loop[K]) process(ctx, rctx context.Context, key K) *Error[K] {
 	defer l.q.Done(key)
-	res, err := l.call(ctx, key)
+	res, err := l.call(rctx, key)
 	if err == nil {
 		l.forget(key)
 		if res.RequeueAfter > 0 {
@@ -214,6 +274,16 @@ func (l *Loop[K]) process(ctx context.Context, key K) *Error[K] {
 	}
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		return nil // the loop is stopping, not failing
+	}
+	if rctx.Err() != nil && errors.Is(err, rctx.Err()) && l.sh != nil {
+		// The member stopped the work: its shard is leaving, or its
+		// lease could not be renewed in time, and may yet be.
+		if l.sh.owns(key) {
+			l.q.AddAfter(key, l.sh.m.Options().RetryPeriod)
+		} else {
+			l.forget(key)
+		}
+		return nil
 	}
 	e := &Error[K]{Loop: l.opts.Name, Key: key, Err: err, Retries: l.q.NumRequeues(key)}
 	switch {

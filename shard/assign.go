@@ -1,7 +1,6 @@
 package shard
 
 import (
-	"cmp"
 	"slices"
 )
 
@@ -10,11 +9,13 @@ import (
 // same assignment from the same set, whatever its order, and duplicates
 // count once.
 //
-// Assign ranks the pairs of member and shard by rendezvous hashing (the
-// highest random weight of the pair wins) and gives each shard to its
-// highest-ranked member that has fewer than ceil(n/len(members)) shards.
-// So no member holds more than that, and a member that joins or leaves
-// moves about 1/len(members) of the shards.
+// Each shard first goes to the member of highest random weight for it
+// (rendezvous hashing), so that a join or a leave moves about
+// 1/len(members) of the shards; then, while a member holds more than an
+// eighth over its fair share (n/len(members)) or less than an eighth
+// under, the shard whose move loses least weight moves to a member that
+// can take it. So the most shards a member holds is at most 1.27 times
+// the fewest, give or take the rounding of small shares.
 func Assign(members []string, n int) []string {
 	ids := slices.Clone(members)
 	slices.Sort(ids)
@@ -22,47 +23,71 @@ func Assign(members []string, n int) []string {
 	if len(ids) == 0 || n <= 0 {
 		return nil
 	}
-	type pair struct {
-		w uint64
-		m int32
-		s int32
+	seeds := make([]uint64, len(ids))
+	for i, id := range ids {
+		seeds[i] = Hash(id)
 	}
-	pairs := make([]pair, 0, len(ids)*n)
-	for mi, id := range ids {
-		seed := Hash(id)
-		for s := range n {
-			pairs = append(pairs, pair{w: mix(seed ^ mix(uint64(s)+1)), m: int32(mi), s: int32(s)})
-		}
-	}
-	slices.SortFunc(pairs, func(a, b pair) int {
-		if c := cmp.Compare(b.w, a.w); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(a.m, b.m); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.s, b.s)
-	})
-	// Each member gets floor or ceil of n/len(members) shards: the first
-	// n%len(members) to fill up get the ceiling.
-	floor, extra := n/len(ids), n%len(ids)
+	weight := func(m, s int) uint64 { return mix(seeds[m] ^ mix(uint64(s)+1)) }
+	owner := make([]int, n)
 	held := make([]int, len(ids))
-	owner := make([]string, n)
-	left := n
-	for _, p := range pairs {
-		if owner[p.s] != "" || held[p.m] > floor || held[p.m] == floor && extra == 0 {
-			continue
+	for s := range n {
+		best := 0
+		for m := 1; m < len(ids); m++ {
+			if weight(m, s) > weight(best, s) {
+				best = m
+			}
 		}
-		if held[p.m] == floor {
-			extra--
+		owner[s] = best
+		held[best]++
+	}
+	// Each member keeps between lo and hi shards: within an eighth of
+	// the fair share either way, so that the most a member holds is at most
+	// 1.27 times the fewest, and few shards move for balance's sake.
+	lo := min(int(float64(n)/float64(len(ids))/1.125+0.999999), n/len(ids))
+	hi := max(int(float64(n)/float64(len(ids))*1.125), (n+len(ids)-1)/len(ids))
+	for {
+		over, under := false, false
+		for m := range ids {
+			over = over || held[m] > hi
+			under = under || held[m] < lo
 		}
-		owner[p.s] = ids[p.m]
-		held[p.m]++
-		if left--; left == 0 {
+		if !over && !under {
 			break
 		}
+		// The cheapest move that mends an excess or a shortfall: from a
+		// member over hi (or, if none is, above lo) to one under lo (or,
+		// if none is, below hi).
+		bs, bt := -1, -1
+		var bcost uint64
+		for s := range n {
+			m := owner[s]
+			if over && held[m] <= hi || !over && held[m] <= lo {
+				continue
+			}
+			wm := weight(m, s)
+			for t := range ids {
+				if under && held[t] >= lo || !under && held[t] >= hi {
+					continue
+				}
+				wt := weight(t, s)
+				var cost uint64
+				if wm > wt {
+					cost = wm - wt
+				}
+				if bs < 0 || cost < bcost {
+					bs, bt, bcost = s, t, cost
+				}
+			}
+		}
+		held[owner[bs]]--
+		owner[bs] = bt
+		held[bt]++
 	}
-	return owner
+	out := make([]string, n)
+	for s, m := range owner {
+		out[s] = ids[m]
+	}
+	return out
 }
 
 // mix is SplitMix64's finaliser: it spreads the bits of x, so that the

@@ -179,8 +179,8 @@ func NewMember(b Backend, opts MemberOptions) *Member {
 	return m
 }
 
-// Shards returns the number of shards of the group.
-func (m *Member) Shards() int { return m.opts.Shards }
+// Options returns the member's options, defaults filled in.
+func (m *Member) Options() MemberOptions { return m.opts }
 
 // ID returns the member's current ID, or "" before it first joined.
 func (m *Member) ID() string {
@@ -189,10 +189,14 @@ func (m *Member) ID() string {
 	return m.id
 }
 
-// Held returns the shards the member holds and grants work on, in order.
+// Held returns the shards the member holds and grants work on, in order:
+// none while its renewal deadline has passed.
 func (m *Member) Held() []int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.lapsed || !time.Now().Before(m.deadline) {
+		return nil
+	}
 	var out []int
 	for s, c := range m.held {
 		if !c.leaving {
