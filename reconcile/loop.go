@@ -74,7 +74,7 @@ type Loop[K comparable] struct {
 	priority func(mirror.Origin) workqueue.Priority
 	q        *workqueue.Queue[K]
 
-	sh       *sharding[K] // nil unless Options.Shards is set
+	sh *sharding[K] // nil unless Options.Shards is set
 
 	mu      sync.Mutex
 	started bool

@@ -50,13 +50,13 @@ func newSharding[K comparable](opts Options) *sharding[K] {
 }
 
 // KeyHash is the hash a sharded loop places a key by when
-// Options.ShardKey is nil: shard.Hash of a string key, or of the text
+// Options.ShardKey is nil: shard.KeyHash of a string key, or of the text
 // fmt.Sprint makes of any other key.
 func KeyHash(key any) uint64 {
 	if s, ok := key.(string); ok {
-		return shard.Hash(s)
+		return shard.KeyHash(s)
 	}
-	return shard.Hash(fmt.Sprint(key))
+	return shard.KeyHash(fmt.Sprint(key))
 }
 
 // owns reports whether the member holds key's shard.

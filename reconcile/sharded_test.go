@@ -170,7 +170,13 @@ func TestShardedLoop_ReplicasShareTheKeysAndConverge(t *testing.T) {
 		for _, c := range last {
 			seen[c.replica] = true
 		}
-		assert.True(t, seen["b"] && seen["c"], "both remaining replicas reconcile: %v", seen)
+		if !assert.True(t, seen["b"] && seen["c"], "both remaining replicas reconcile: %v", seen) {
+			for i := range 5 {
+				key := fmt.Sprintf("k%03d", i)
+				t.Logf("%s in shard %d; b holds it: %v", key, shard.Of(reconcile.KeyHash(key), 256), rs[1].member.Owns(reconcile.KeyHash(key)))
+				h.dump(t, key)
+			}
+		}
 	})
 }
 
@@ -194,12 +200,24 @@ func TestShardedLoop_CutOffReplicaNeverOverlapsItsSuccessor(t *testing.T) {
 			_, err := src.Put(item{Name: fmt.Sprintf("k%03d", i), Val: 2})
 			require.NoError(t, err)
 		}
-		time.Sleep(2 * time.Minute)
+		time.Sleep(5 * time.Minute) // 100 keys of 5 s on 4 workers
 		synctest.Wait()
 		h.requireNoOverlap(t)
 		for key, c := range h.last() {
-			assert.Equal(t, 2, c.val, "key %s", key)
+			if !assert.Equal(t, 2, c.val, "key %s", key) {
+				h.dump(t, key)
+			}
 			assert.Equal(t, "b", c.replica, "key %s", key)
 		}
 	})
+}
+
+func (h *history) dump(t *testing.T, key string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, c := range h.calls {
+		if c.key == key {
+			t.Logf("%s %s val=%d %v..%v tok=%v", c.key, c.replica, c.val, c.start.Format("04:05.000"), c.end.Format("04:05.000"), c.token)
+		}
+	}
 }

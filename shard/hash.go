@@ -10,13 +10,21 @@ import (
 const DefaultShards = 256
 
 // Hash returns the 64-bit FNV-1a hash of s: the hash Kubernetes' sharded
-// list and watch (KEP-5866) computes of an object's field, so a shard's
-// Range can be asked of a kube-apiserver as a selector.
+// list and watch (KEP-5866) computes of an object's field (its UID), so
+// that a shard's Range can be asked of a kube-apiserver as a selector.
+// Its high bits, which place a hash in a shard, are spread well only for
+// long, random strings such as UIDs: short keys that share a prefix land
+// in few shards. Place keys with KeyHash.
 func Hash(s string) uint64 {
 	h := fnv.New64a()
 	h.Write([]byte(s))
 	return h.Sum64()
 }
+
+// KeyHash returns a 64-bit hash of key whose bits are all well spread
+// (FNV-1a, then SplitMix64's finaliser), so that any set of distinct keys
+// spreads evenly over the shards.
+func KeyHash(key string) uint64 { return mix(Hash(key)) }
 
 // Of returns the shard, in [0, n), whose Range holds hash h. n must be
 // positive.

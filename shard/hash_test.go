@@ -1,6 +1,7 @@
 package shard
 
 import (
+	"fmt"
 	"math"
 	"testing"
 
@@ -37,5 +38,16 @@ func TestRangeOf_CoversTheSpaceInOrder(t *testing.T) {
 func TestOf_256ShardsAreTheTopByte(t *testing.T) {
 	for _, h := range []uint64{0, 1, 0x00ffffffffffffff, 0x0100000000000000, 0xab12345678901234, math.MaxUint64} {
 		assert.Equal(t, int(h>>56), Of(h, 256))
+	}
+}
+
+func TestKeyHash_SpreadsKeysThatShareAPrefix(t *testing.T) {
+	perShard := map[int]int{}
+	for i := range 2560 {
+		perShard[Of(KeyHash(fmt.Sprintf("k%04d", i)), DefaultShards)]++
+	}
+	assert.Greater(t, len(perShard), DefaultShards*9/10, "keys k0000..k2559 land in most shards")
+	for s, n := range perShard {
+		assert.Less(t, n, 40, "shard %d holds %d of 2,560 keys", s, n)
 	}
 }

@@ -305,9 +305,9 @@ func TestMember_RefusedForGoodFailsLoudly(t *testing.T) {
 
 func TestMember_InvalidOptions(t *testing.T) {
 	for name, o := range map[string]MemberOptions{
-		"deadline not under TTL": {TTL: time.Second, RenewDeadline: time.Second},
+		"deadline not under TTL":   {TTL: time.Second, RenewDeadline: time.Second},
 		"retry not under deadline": {TTL: 3 * time.Second, RenewDeadline: time.Second, RetryPeriod: time.Second},
-		"negative shards":        {Shards: -1},
+		"negative shards":          {Shards: -1},
 	} {
 		t.Run(name, func(t *testing.T) {
 			err := NewMember(NewMemory(MemoryOptions{}), o).Run(t.Context())

@@ -186,7 +186,7 @@ type view struct {
 func (m *Member) look(now time.Time) view {
 	v := view{members: map[string]Record{}, claims: map[int]Record{}}
 	names := map[string]bool{}
-	for _, r := range m.inf.All() {
+	for _, r := range m.inf.List() { // one snapshot: All is not one
 		if !r.IsMember() {
 			if r.Shard < m.opts.Shards {
 				v.claims[r.Shard] = r
