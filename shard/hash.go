@@ -36,7 +36,10 @@ func Of(h uint64, n int) int {
 // Range is a contiguous range of the 64-bit hash space, both ends
 // included.
 type Range struct {
-	First, Last uint64
+	// First is the range's smallest hash.
+	First uint64
+	// Last is the range's largest hash.
+	Last uint64
 }
 
 // Contains reports whether h lies in r.
