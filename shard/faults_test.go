@@ -91,7 +91,7 @@ func runFaults(t *testing.T, mode MemoryOptions, seed uint64) {
 
 	members := []live{begin("m0"), begin("m1"), begin("m2")}
 	next := 3
-	for range 60 {
+	for range 40 {
 		time.Sleep(time.Duration(500+rng.IntN(1500)) * time.Millisecond)
 		i := rng.IntN(len(members))
 		switch op := rng.IntN(10); {

@@ -112,6 +112,10 @@ type Member struct {
 	strays   map[string]string // stray claims Release was tried on, by version
 
 	handing sync.WaitGroup // hand-overs in progress
+
+	// Only the loop's goroutine reads and writes these.
+	assignedTo []string // the live members of the last assignment
+	assignment []string
 }
 
 // claim is a shard the member holds.

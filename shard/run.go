@@ -269,7 +269,7 @@ func (m *Member) step(ctx context.Context) time.Duration {
 		for _, r := range v.stale {
 			m.expire(ctx, lease, r)
 		}
-		target := Assign(v.live, m.opts.Shards)
+		target := m.assign(v.live)
 		for s, owner := range target {
 			m.mu.Lock()
 			c := m.held[s]
@@ -301,6 +301,17 @@ func (m *Member) step(ctx context.Context) time.Duration {
 	}
 	m.tell(gained)
 	return wait
+}
+
+// assign returns Assign(live), computed again only when the set of live
+// members changed: most wake-ups (a renewal, a claim) leave it as it was.
+func (m *Member) assign(live []string) []string {
+	slices.Sort(live)
+	if !slices.Equal(live, m.assignedTo) {
+		m.assignedTo = slices.Clone(live)
+		m.assignment = Assign(live, m.opts.Shards)
+	}
+	return m.assignment
 }
 
 // claim claims shard s from prev, and reports whether it did.
