@@ -25,9 +25,11 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// shardTTL is the members' lease in these tests: short, so that a member
-// that stops renewing is expired soon.
-const shardTTL = 3 * time.Second
+// shardTTL is the lease of the member that stops renewing, and of the
+// member that expires it: short, so that the test does not wait long, yet
+// long enough for a renewal to get through a loaded machine. The other
+// tests' members have the default lease.
+const shardTTL = 5 * time.Second
 
 // shardGroup is the group the tests' members join, in a namespace of
 // their own. It is not a valid Lease name, so the backend hashes it.
@@ -49,9 +51,6 @@ func startMember(t *testing.T, b shard.Backend, name string, opts shard.MemberOp
 	if opts.Shards == 0 {
 		opts.Shards = 8
 	}
-	if opts.TTL == 0 {
-		opts.TTL = shardTTL
-	}
 	log := &errorLog{}
 	opts.ErrorHandler = log.add
 	opts.Logger = slog.New(slog.DiscardHandler)
@@ -59,7 +58,13 @@ func startMember(t *testing.T, b shard.Backend, name string, opts shard.MemberOp
 	var ctx context.Context
 	ctx, m.cancel = context.WithCancel(context.Background())
 	go func() { m.done <- m.Run(ctx) }()
-	t.Cleanup(func() { m.stop(t) })
+	t.Cleanup(func() {
+		_ = m.stop(t)
+		if t.Failed() {
+			errs := m.errs.all()
+			t.Logf("member %s: %d errors reported; the last: %v", name, len(errs), errs[max(0, len(errs)-5):])
+		}
+	})
 	return m
 }
 
@@ -97,6 +102,17 @@ func requireSplit(t *testing.T, cs kubernetes.Interface, ns string, n int, membe
 			}
 		}
 		assert.Len(c, owner, n, "shards held")
+		// Settled: each holds what Assign gives it, not one member
+		// everything while the others are joining.
+		ids := make([]string, len(members))
+		for i, m := range members {
+			ids[i] = m.ID()
+		}
+		for s, id := range shard.Assign(ids, n) {
+			if m := owner[s]; m != nil {
+				assert.Equal(c, id, m.ID(), "holder of shard %d", s)
+			}
+		}
 		holders := claimHolders(c, cs, ns)
 		for s, m := range owner {
 			assert.Equal(c, m.ID(), holders[s], "holder of shard %d's Lease", s)
@@ -142,7 +158,7 @@ func TestShardBackend_MembersSplitAllShardsNoneHeldTwice(t *testing.T) {
 		assert.Empty(t, validation.IsDNS1123Subdomain(l.Name), "lease name %q", l.Name)
 		if l.Labels[k8s.ShardKindLabel] == "member" {
 			ids[*l.Spec.HolderIdentity] = true
-			assert.Equal(t, int32(shardTTL/time.Second), *l.Spec.LeaseDurationSeconds, "lease %s", l.Name)
+			assert.Equal(t, int32(shard.DefaultTTL/time.Second), *l.Spec.LeaseDurationSeconds, "lease %s", l.Name)
 		}
 	}
 	assert.Equal(t, map[string]bool{a.ID(): true, bb.ID(): true, cc.ID(): true}, ids, "member Leases' holders")
@@ -195,10 +211,11 @@ func TestShardBackend_MemberThatStopsRenewingLosesItsShardsOnlyAfterItsGrantsSto
 	cut, err := kubernetes.NewForConfig(config)
 	require.NoError(t, err)
 
-	a := startMember(t, k8s.NewShardBackend(cut, ns, shardGroup), "a", shard.MemberOptions{})
+	short := shard.MemberOptions{TTL: shardTTL, RenewDeadline: shardTTL * 3 / 5, RetryPeriod: shardTTL / 5}
+	a := startMember(t, k8s.NewShardBackend(cut, ns, shardGroup), "a", short)
 	var mu sync.Mutex
 	gainedAt := map[int]time.Time{}
-	bb := startMember(t, k8s.NewShardBackend(c.client, ns, shardGroup), "b", shard.MemberOptions{})
+	bb := startMember(t, k8s.NewShardBackend(c.client, ns, shardGroup), "b", short)
 	stopWatching := bb.Subscribe(func(gained, _ []int) {
 		now := time.Now()
 		mu.Lock()
