@@ -29,7 +29,8 @@ type InformerOptions[T Object] = mirror.InformerOptions[Key, T]
 //   - Name, if lw is a *ListWatcher, names its resource as its client
 //     does ("pods", "apps/v1/deployments in shop"; the object type for a
 //     dynamic client's) and its selectors ("pods where app=web"), so that
-//     logs and errors say which informer they are of.
+//     logs and errors say which informer they are of; " of held shards"
+//     follows the name of a ShardedListWatcher's.
 //
 // A field of opts the caller set is kept as it is, never replaced, and so
 // is an index of the caller's named NamespaceIndex; opts.Indexers itself
@@ -54,8 +55,13 @@ func NewInformer[T Object](lw source.ListWatcher[T], opts InformerOptions[T]) *m
 	if opts.SameObject == nil {
 		opts.SameObject = SameObject[T]
 	}
-	if klw, ok := lw.(*ListWatcher[T]); ok && opts.Name == "" {
-		opts.Name = klw.name()
+	if opts.Name == "" {
+		switch klw := lw.(type) {
+		case *ListWatcher[T]:
+			opts.Name = klw.name()
+		case *ShardedListWatcher[T]:
+			opts.Name = klw.lw.name() + " of held shards"
+		}
 	}
 	return mirror.NewInformer(lw, opts)
 }

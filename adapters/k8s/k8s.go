@@ -28,6 +28,12 @@
 // definition is missing) wrap mirror.ErrPermanent, so that an informer
 // that cannot sync says so instead of waiting. The original error stays
 // visible to errors.As (*apierrors.StatusError, for one).
+//
+// For the replicas of a controller, NewShardBackend keeps a shard group
+// (see package shard) on coordination.k8s.io/v1 Leases, and NewSharded
+// makes a ListWatcher that asks only for the objects of the shards a
+// member holds, by KEP-5866 shard selectors, so that each replica caches
+// its own part.
 package k8s
 
 import (

@@ -65,6 +65,9 @@ var apiserverFlags = []string{
 	// can be refused (nobodyToken). The token of the other clients is
 	// in system:masters, which every request is allowed to.
 	"--authorization-mode=RBAC",
+	// Shard selectors on lists and watches (KEP-5866), for the sharded
+	// caches; no other test sends one.
+	"--feature-gates=ShardedListAndWatch=true",
 }
 
 func TestMain(m *testing.M) {
