@@ -60,7 +60,10 @@ type Options struct {
 	// lists nothing.
 	Shards *shard.Member
 	// ShardKey places a key in a shard by its 64-bit hash. Nil means
-	// KeyHash. Every replica must use the same.
+	// KeyHash. Every replica must use the same. Where the server shards
+	// the caches too (k8s.ShardedListWatcher places objects by the hash of
+	// their UID), place a key by its cached object's k8s.ShardHash, so
+	// that a replica reconciles the objects it caches.
 	ShardKey func(key any) uint64
 }
 

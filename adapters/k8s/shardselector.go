@@ -137,7 +137,7 @@ func NewSharded[T Object](lw *ListWatcher[T]) *ShardedListWatcher[T] {
 // returned function is called (see shard.Member.Subscribe): m's shards
 // before it calls Follow's function first, none.
 func (s *ShardedListWatcher[T]) Follow(m *shard.Member) (stop func()) {
-	n := m.Shards()
+	n := m.Options().Shards
 	held := map[int]bool{}
 	// Subscribe calls one at a time: held needs no lock.
 	return m.Subscribe(func(gained, lost []int) {
