@@ -124,8 +124,15 @@ func (c *checkpointer[T]) load(begin func(rv string)) string {
 	return h.version
 }
 
-// restore fills the cache from a checkpoint (see checkpointSeam).
+// restore fills the cache from a checkpoint (see checkpointSeam). If a
+// handler registered so far is to be handed the checkpoint's objects, it
+// also keeps them, with their keys, in loaded, as they come: resumeAt
+// then hands them over without walking the cache again.
 func (inf *Informer[K, T]) restore(fill func(reserve func(n int), put func(obj T) error) error) error {
+	var set *replaySet[K, T]
+	if inf.proc.anyReplaying() {
+		set = &replaySet[K, T]{}
+	}
 	err := fill(inf.cache.reserve, func(obj T) error {
 		key, err := keyOf(inf.opts.KeyFunc, obj)
 		if err != nil {
@@ -133,13 +140,23 @@ func (inf *Informer[K, T]) restore(fill func(reserve func(n int), put func(obj T
 			// what changes.
 			return fmt.Errorf("%w: %w", ErrCheckpointInvalid, err)
 		}
-		_, _, err = inf.cache.Set(key, obj)
+		_, existed, err := inf.cache.Set(key, obj)
+		if existed {
+			// A key twice: the set would hand both out. resumeAt
+			// reads the cache instead.
+			set = nil
+		}
+		if err == nil && set != nil {
+			set.add(key, obj)
+		}
 		return err
 	})
 	if err != nil {
 		_ = inf.cache.Replace(nil, "")
+		return err
 	}
-	return err
+	inf.loaded = set
+	return nil
 }
 
 // resumeAt prepares Run to start from a checkpoint's state at rv, already
@@ -151,6 +168,8 @@ func (inf *Informer[K, T]) restore(fill func(reserve func(n int), put func(obj T
 // never a part of them.
 func (inf *Informer[K, T]) resumeAt(rv string) {
 	inf.appliedRV = rv
+	set := inf.loaded
+	inf.loaded = nil // the listeners' to let go of
 	inf.proc.mu.RLock()
 	defer inf.proc.mu.RUnlock()
 	// Nothing is distributed yet: every listener reads the feed from
@@ -158,9 +177,26 @@ func (inf *Informer[K, T]) resumeAt(rv string) {
 	at := inf.proc.feed.seq
 	for _, l := range inf.proc.listeners {
 		if !l.changesOnly {
-			l.replay(inf.cache.All(), at)
+			if set == nil {
+				// Registered during the load, or the load kept none.
+				set = collectReplay(inf.cache.All())
+			}
+			l.replay(set, at)
 		}
 	}
+}
+
+// anyReplaying reports whether a listener is to be handed the state its
+// informer starts from (see HandlerOptions.ChangesOnly).
+func (p *processor[K, T]) anyReplaying() bool {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	for _, l := range p.listeners {
+		if !l.changesOnly {
+			return true
+		}
+	}
+	return false
 }
 
 // earlyReflector is an informer's Reflector started while the checkpoint

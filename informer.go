@@ -159,6 +159,10 @@ type Informer[K comparable, T any] struct {
 	// applyErrors and checkpointErrors count the errors the informer
 	// reports of its own, for Stats.
 	applyErrors, checkpointErrors atomic.Int64
+	// loaded is what restore kept of the checkpoint it loaded, for
+	// resumeAt to hand to the handlers; nil if it kept nothing. It
+	// belongs to Run.
+	loaded *replaySet[K, T]
 
 	synced     atomic.Bool
 	syncedCh   chan struct{}

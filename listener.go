@@ -2,7 +2,6 @@ package mirror
 
 import (
 	"context"
-	"iter"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -72,6 +71,9 @@ type listener[K comparable, T any] struct {
 	pos feedPos[K, T]
 	end uint64
 	own seqQueue[ownNotification[K, T]]
+	// replaying is the state the listener is being handed, if any (see
+	// replay): before its own queue and the feed from its place on.
+	replaying *replayCursor[K, T]
 	// removed is set by stop: nothing is queued any more.
 	removed bool
 	pending map[K]*slot[K, T] // bounded mode, one slot per key
@@ -122,6 +124,7 @@ func (l *listener[K, T]) stop() {
 		l.removed = true
 		l.pos, l.end = feedPos[K, T]{}, 0
 		l.own, l.order = seqQueue[ownNotification[K, T]]{}, seqQueue[K]{}
+		l.replaying = nil
 		l.pending = nil
 	})
 }
@@ -190,25 +193,6 @@ func (l *listener[K, T]) pushOwn(n notification[K, T], at uint64) {
 	l.wakeUp()
 }
 
-// replay queues for this listener alone, after the feed's notifications
-// numbered below at, an initial-list add of each of objs: the cache as a
-// handler registered late, or resumed from a checkpoint, is first handed
-// it. It takes the lock once, not once an object.
-func (l *listener[K, T]) replay(objs iter.Seq2[K, T], at uint64) {
-	l.mu.Lock()
-	if l.removed {
-		l.mu.Unlock()
-		return
-	}
-	for k, obj := range objs {
-		l.initialPending++
-		l.own.push(ownNotification[K, T]{at: at, n: notification[K, T]{kind: notifyAdd, key: k, obj: obj, initial: true, origin: OriginInitialList}})
-		l.boundLocked()
-	}
-	l.mu.Unlock()
-	l.wakeUp()
-}
-
 // boundLocked keeps a bounded listener within its bound: once the backlog
 // passes it, and from then on until pending drains, it folds everything
 // waiting into one slot per key.
@@ -234,7 +218,11 @@ func (l *listener[K, T]) boundLocked() {
 
 // waitingLocked is the number of notifications waiting outside pending.
 func (l *listener[K, T]) waitingLocked() int {
-	return int(l.end-l.pos.seq) + l.own.len()
+	n := int(l.end-l.pos.seq) + l.own.len()
+	if l.replaying != nil {
+		n += l.replaying.left()
+	}
+	return n
 }
 
 // mergeLocked folds n into its key's slot. A key has one slot and one
@@ -268,11 +256,17 @@ func (l *listener[K, T]) takeLocked(dst []notification[K, T]) int {
 }
 
 // takeOrderedLocked moves up to len(dst) published notifications, from
-// the feed and the listener's own queue in the order they were
-// distributed, into dst and returns how many it moved.
+// the state it is being handed, its own queue and the feed, in the order
+// they were distributed, into dst and returns how many it moved.
 func (l *listener[K, T]) takeOrderedLocked(dst []notification[K, T]) int {
 	n := 0
 	for n < len(dst) {
+		if l.replaying != nil {
+			if k := l.takeReplayLocked(dst[n:]); k > 0 {
+				n += k
+				continue
+			}
+		}
 		if l.own.len() > 0 {
 			if l.own.front().at <= l.pos.seq {
 				dst[n] = l.own.pop().n
@@ -283,6 +277,9 @@ func (l *listener[K, T]) takeOrderedLocked(dst []notification[K, T]) int {
 		end := l.end
 		if l.own.len() > 0 {
 			end = min(end, l.own.front().at)
+		}
+		if l.replaying != nil {
+			end = min(end, l.replaying.at)
 		}
 		k, pos := l.feed.read(l.pos, dst[n:], end)
 		if k == 0 {

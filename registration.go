@@ -83,7 +83,7 @@ func (inf *Informer[K, T]) addHandler(h Handler[T], f func(Change[K, T]), opts H
 	err := inf.proc.add(l, func() {
 		l.follow(&inf.proc.feed)
 		if inf.live {
-			l.replay(inf.cache.All(), l.pos.seq)
+			l.replay(collectReplay(inf.cache.All()), l.pos.seq)
 		}
 	})
 	inf.applyMu.Unlock()
