@@ -86,6 +86,13 @@ type Options struct {
 	// ignore sendInitialEvents); the adapter recognises the fake watches
 	// they return and lists instead, so they work with the default.
 	NoStreamingList bool
+
+	// StripManagedFields drops every object's managedFields, the
+	// server-side apply bookkeeping that no controller reads, as the
+	// ListWatcher gets it: a ListWatcher of NewForConfig drops them from
+	// the protobuf as it decodes an object, never holding them; the
+	// others clear them from the decoded object. False keeps them.
+	StripManagedFields bool
 }
 
 // ListWatcher lists and watches Kubernetes objects of type T through a
@@ -101,6 +108,9 @@ type ListWatcher[T Object] struct {
 	cannotStream bool
 	// what names T in errors, such as "*v1.Pod".
 	what string
+	// wire, if set, lists and watches instead of list and watch,
+	// decoding what the server sends itself (see NewForConfig).
+	wire *wireClient[T]
 	// resource names what lw lists, such as "pods" or "apps/v1/deployments
 	// in shop", or is "" if lw cannot tell (see resourceName).
 	resource string
@@ -240,6 +250,9 @@ func (lw *ListWatcher[T]) listOptions() metav1.ListOptions {
 func (lw *ListWatcher[T]) object(o runtime.Object, rv string) (T, error) {
 	obj, ok := o.(T)
 	if ok && !isNil(obj) {
+		if lw.opts.StripManagedFields && lw.wire == nil {
+			obj.SetManagedFields(nil)
+		}
 		return obj, nil
 	}
 	err := &mirror.ObjectError{ResourceVersion: rv, Err: fmt.Errorf("k8s: got a %T, want a %s", o, lw.what)}
