@@ -202,7 +202,7 @@ type startupResult struct {
 // has synced, and stops it. The heaps are less the heap without it: the
 // smaller of the heaps before it started and after it stopped.
 func measureStartup(cfg *rest.Config, start func(context.Context, *rest.Config) func()) startupResult {
-	runtime.GC()
+	settle()
 	before := heapObjectBytes()
 	sampler := newHeapSampler()
 	cpu0 := processCPU()
@@ -214,10 +214,18 @@ func measureStartup(cfg *rest.Config, start func(context.Context, *rest.Config) 
 	runtime.GC()
 	steady := heapObjectBytes()
 	stop()
-	runtime.GC()
+	settle()
 	base := min(before, heapObjectBytes())
 	sub := func(v uint64) uint64 { return v - min(v, base) }
 	return startupResult{sync: sync, cpu: cpu, peak: sub(peak), peakLive: sub(peakLive), steady: sub(steady)}
+}
+
+// settle lets what a stopped informer left (connections closing, their
+// goroutines ending) go, and collects it.
+func settle() {
+	time.Sleep(300 * time.Millisecond)
+	runtime.GC()
+	runtime.GC()
 }
 
 var heapSamples = []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}, {Name: "/gc/heap/live:bytes"}}

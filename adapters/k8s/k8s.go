@@ -8,7 +8,9 @@
 // caller's. New takes the List and Watch methods of any typed client;
 // NewDynamic takes a dynamic client's resource (any resource, custom
 // resources included); FromListerWatcher takes a client-go
-// cache.ListerWatcher. NewInformer makes an informer of any of them, keyed
+// cache.ListerWatcher; NewForConfig takes a rest.Config and a resource and
+// reads through a client of its own that decodes what the server sends
+// itself (see below). NewInformer makes an informer of any of them, keyed
 // by namespace and name, indexed by namespace, that reports a relisted
 // object only if its resource version changed, and an object deleted and
 // created again unseen (a new UID) as a deletion then an addition.
@@ -28,6 +30,17 @@
 // definition is missing) wrap mirror.ErrPermanent, so that an informer
 // that cannot sync says so instead of waiting. The original error stays
 // visible to errors.As (*apierrors.StatusError, for one).
+//
+// A ListWatcher of NewForConfig asks for protobuf by default, for the
+// types that have it (Kubernetes' own), and takes JSON from a server that
+// answers with it (a custom resource); a typed client of client-go decodes
+// JSON unless its config asks for protobuf. It decodes a watch's events
+// (and so a streaming list) on up to four goroutines while the next
+// arrive, handing them on in order, and, with Options.StripManagedFields,
+// drops managedFields from the protobuf before decoding an object, so they
+// are never held. New, NewDynamic and FromListerWatcher decode as their
+// client does, and strip managedFields (with StripManagedFields) once an
+// object is decoded.
 package k8s
 
 import (

@@ -11,7 +11,8 @@
 // self-signed. -load puts the records of RECORDS into etcd before the
 // server starts, as the server stores objects: each record is a key and a
 // value, each preceded by its length as a 4-byte big-endian number, such
-// as "/registry/pods/ns/name" and the Pod in protobuf, "k8s\x00" first.
+// as "/registry/pods/ns/name" and the Pod in protobuf, "k8s\x00" first;
+// once they are, DIR/loaded exists.
 // The server stops when standard input closes (the parent
 // exited or closed its end) or on SIGINT or SIGTERM.
 package main
@@ -81,6 +82,10 @@ func run(tb *mainTB, dir, out, load string) (err error) {
 	if load != "" {
 		if err := loadRecords(etcdURL, load); err != nil {
 			return fmt.Errorf("load %s: %w", load, err)
+		}
+		// For the next run, which need not load them again.
+		if err := os.WriteFile(filepath.Join(dir, "loaded"), nil, 0o644); err != nil {
+			return err
 		}
 	}
 	tokenFile := filepath.Join(dir, "tokens.csv")
