@@ -162,7 +162,7 @@ func (c *wireClient[T]) list(ctx context.Context, o metav1.ListOptions) (page[T]
 		return p, nil
 	}
 	var l struct {
-		Metadata metav1.ListMeta  `json:"metadata"`
+		Metadata metav1.ListMeta   `json:"metadata"`
 		Items    []json.RawMessage `json:"items"`
 	}
 	if err := json.Unmarshal(raw, &l); err != nil {
