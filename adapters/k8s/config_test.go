@@ -132,7 +132,7 @@ func managedPod(ns, name, rv string) *corev1.Pod {
 	p.UID = types.UID("uid-" + name)
 	p.Labels = map[string]string{"app": name}
 	p.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate,
-		APIVersion: "v1", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{}}`)}}}
+		APIVersion: "v1", FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:status":{}}`)}}
 	p.Spec.Containers = []corev1.Container{{Name: "app", Image: "registry.example/app:1"}}
 	p.Status.Phase = corev1.PodRunning
 	return p
