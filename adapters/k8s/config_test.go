@@ -412,3 +412,27 @@ func TestNewForConfig_RefusesWhatItCannotRequest(t *testing.T) {
 	_, err := NewForConfig[*corev1.Pod](&rest.Config{Host: "http://127.0.0.1:1"}, corev1.SchemeGroupVersion.WithResource(""), "", Options{})
 	require.Error(t, err)
 }
+
+func TestStripManagedFields_OptionStripsWhatATypedClientDecoded(t *testing.T) {
+	for _, strip := range []bool{false, true} {
+		t.Run(fmt.Sprintf("strip=%v", strip), func(t *testing.T) {
+			src := newFakeSource()
+			f := &fakePods{
+				lists:   []fakeList{{list: podList("10", "", managedPod("ns", "listed", "9"))}},
+				watches: []fakeWatch{{src: src}},
+			}
+			lw := f.lw(Options{StripManagedFields: strip})
+			res, err := lw.List(context.Background(), source.ListOptions{})
+			require.NoError(t, err)
+			require.Len(t, res.Items, 1)
+			assert.Equal(t, strip, res.Items[0].ManagedFields == nil)
+			w, err := lw.Watch(context.Background(), source.WatchOptions{ResourceVersion: "10"})
+			require.NoError(t, err)
+			defer w.Stop()
+			src.events <- watch.Event{Type: watch.Added, Object: managedPod("ns", "watched", "11")}
+			ev, err := w.Next(context.Background())
+			require.NoError(t, err)
+			assert.Equal(t, strip, ev.Object.ManagedFields == nil)
+		})
+	}
+}
