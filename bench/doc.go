@@ -20,6 +20,12 @@
 // (impl=mirror, impl=client-go, impl=controller-runtime); WORKQUEUE.md
 // reports them.
 //
+// BenchmarkK8sStartup (with -k8s.pods) starts informers of every Pod of
+// a real kube-apiserver, run in a child process with its etcd
+// (test/k8s/cmd/benchapiserver): mirror's, client-go's typed informer over
+// JSON and over protobuf, and controller-runtime's cache; K8S.md reports
+// it.
+//
 // run.sh runs every pair, summarises them with benchstat and writes
 // RESULTS.md and ratios.svg (see cmd/chart).
 package bench

@@ -8,7 +8,9 @@
 // caller's. New takes the List and Watch methods of any typed client;
 // NewDynamic takes a dynamic client's resource (any resource, custom
 // resources included); FromListerWatcher takes a client-go
-// cache.ListerWatcher. NewInformer makes an informer of any of them, keyed
+// cache.ListerWatcher; NewForConfig takes a rest.Config and a resource and
+// reads through a client of its own that decodes what the server sends
+// itself (see below). NewInformer makes an informer of any of them, keyed
 // by namespace and name, indexed by namespace, that reports a relisted
 // object only if its resource version changed, and an object deleted and
 // created again unseen (a new UID) as a deletion then an addition.
@@ -28,6 +30,17 @@
 // definition is missing) wrap mirror.ErrPermanent, so that an informer
 // that cannot sync says so instead of waiting. The original error stays
 // visible to errors.As (*apierrors.StatusError, for one).
+//
+// A ListWatcher of NewForConfig asks for protobuf by default, for the
+// types that have it (Kubernetes' own), and takes JSON from a server that
+// answers with it (a custom resource); a typed client of client-go decodes
+// JSON unless its config asks for protobuf. It decodes a watch's events
+// (and so a streaming list) on up to four goroutines while the next
+// arrive, handing them on in order, and, with Options.StripManagedFields,
+// drops managedFields from the protobuf before decoding an object, so they
+// are never held. New, NewDynamic and FromListerWatcher decode as their
+// client does, and strip managedFields (with StripManagedFields) once an
+// object is decoded.
 //
 // For the replicas of a controller, NewShardBackend keeps a shard group
 // (see package shard) on coordination.k8s.io/v1 Leases, and NewSharded
@@ -92,6 +105,13 @@ type Options struct {
 	// ignore sendInitialEvents); the adapter recognises the fake watches
 	// they return and lists instead, so they work with the default.
 	NoStreamingList bool
+
+	// StripManagedFields drops every object's managedFields, the
+	// server-side apply bookkeeping that no controller reads, as the
+	// ListWatcher gets it: a ListWatcher of NewForConfig drops them from
+	// the protobuf as it decodes an object, never holding them; the
+	// others clear them from the decoded object. False keeps them.
+	StripManagedFields bool
 }
 
 // ListWatcher lists and watches Kubernetes objects of type T through a
@@ -107,6 +127,9 @@ type ListWatcher[T Object] struct {
 	cannotStream bool
 	// what names T in errors, such as "*v1.Pod".
 	what string
+	// wire, if set, lists and watches instead of list and watch,
+	// decoding what the server sends itself (see NewForConfig).
+	wire *wireClient[T]
 	// resource names what lw lists, such as "pods" or "apps/v1/deployments
 	// in shop", or is "" if lw cannot tell (see resourceName).
 	resource string
@@ -246,6 +269,9 @@ func (lw *ListWatcher[T]) listOptions() metav1.ListOptions {
 func (lw *ListWatcher[T]) object(o runtime.Object, rv string) (T, error) {
 	obj, ok := o.(T)
 	if ok && !isNil(obj) {
+		if lw.opts.StripManagedFields && lw.wire == nil {
+			obj.SetManagedFields(nil)
+		}
 		return obj, nil
 	}
 	err := &mirror.ObjectError{ResourceVersion: rv, Err: fmt.Errorf("k8s: got a %T, want a %s", o, lw.what)}

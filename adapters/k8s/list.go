@@ -44,6 +44,9 @@ func (lw *ListWatcher[T]) List(ctx context.Context, opts source.ListOptions) (so
 			o.ResourceVersionMatch = metav1.ResourceVersionMatchNotOlderThan
 		}
 	}
+	if lw.wire != nil {
+		return lw.wireList(ctx, o)
+	}
 	list, err := lw.list(ctx, o)
 	if err == nil && isNil(list) {
 		err = errors.New("nil list and nil error from the client")
@@ -74,6 +77,15 @@ func (lw *ListWatcher[T]) List(ctx context.Context, opts source.ListOptions) (so
 		return source.ListResult[T]{}, fmt.Errorf("k8s: list %s: %w", lw.what, err)
 	}
 	return res, nil
+}
+
+// wireList is List through lw.wire.
+func (lw *ListWatcher[T]) wireList(ctx context.Context, o metav1.ListOptions) (source.ListResult[T], error) {
+	p, err := lw.wire.list(ctx, o)
+	if err != nil {
+		return source.ListResult[T]{}, wrapError(ctx, err, "k8s: list %s%s", lw.what, describe(o))
+	}
+	return source.ListResult[T]{Items: p.items, Skipped: p.skipped, ResourceVersion: p.meta.ResourceVersion, Continue: p.meta.Continue}, nil
 }
 
 // describe says, for an error, what a request asked for beyond the

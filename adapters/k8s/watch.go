@@ -77,7 +77,17 @@ func (lw *ListWatcher[T]) Watch(ctx context.Context, opts source.WatchOptions) (
 	}
 
 	wctx, cancel := context.WithCancel(ctx)
-	src, err := lw.watch(wctx, o)
+	var src watch.Interface
+	var stream *wireWatch[T]
+	var err error
+	if lw.wire != nil {
+		stream, err = lw.wire.watch(wctx, o)
+		if err == nil {
+			src = stream
+		}
+	} else {
+		src, err = lw.watch(wctx, o)
+	}
 	if err == nil && isNil(src) {
 		err = errors.New("nil watch and nil error from the client")
 	}
@@ -100,6 +110,7 @@ func (lw *ListWatcher[T]) Watch(ctx context.Context, opts source.WatchOptions) (
 	w := &watcher[T]{
 		lw:        lw,
 		src:       src,
+		stream:    stream,
 		events:    src.ResultChan(),
 		ctx:       wctx,
 		cancel:    cancel,
@@ -149,6 +160,9 @@ type watcher[T Object] struct {
 	lw     *ListWatcher[T]
 	src    watch.Interface
 	events <-chan watch.Event
+	// stream, if set, is src, which hands its events on through next
+	// rather than events.
+	stream *wireWatch[T]
 	// ctx is the watch's own context, a child of the one Watch was
 	// given; cancel ends it.
 	ctx    context.Context
@@ -176,6 +190,9 @@ func (w *watcher[T]) Next(ctx context.Context) (source.Event[T], error) {
 	if w.err != nil {
 		return zero, w.err
 	}
+	if w.stream != nil {
+		return w.nextWire(ctx)
+	}
 	for {
 		select {
 		case ev, ok := <-w.events:
@@ -196,6 +213,32 @@ func (w *watcher[T]) Next(ctx context.Context) (source.Event[T], error) {
 			return zero, w.fail(w.endError())
 		case <-ctx.Done():
 			return zero, w.fail(ctx.Err())
+		}
+	}
+}
+
+// nextWire is Next for a wireWatch.
+func (w *watcher[T]) nextWire(ctx context.Context) (source.Event[T], error) {
+	var zero source.Event[T]
+	for {
+		ev, objErr, end := w.stream.next(ctx)
+		switch {
+		case end != nil && ctx.Err() != nil:
+			return zero, w.fail(ctx.Err())
+		case end != nil && (errors.Is(end, io.EOF) || w.stopped.Load() || w.ctx.Err() != nil):
+			return zero, w.fail(w.endError())
+		case end != nil:
+			return zero, w.fail(wrapError(w.ctx, end, "k8s: watch %s from resource version %q", w.lw.what, w.from))
+		case objErr != nil:
+			err := &mirror.ObjectError{Err: fmt.Errorf("k8s: watch %s: decode a %s event: %w", w.lw.what, ev.Type, objErr)}
+			return source.Event[T]{Type: source.Error, Err: err}, nil
+		}
+		out, pass, err := w.event(ev)
+		if err != nil {
+			return zero, w.fail(err)
+		}
+		if pass {
+			return out, nil
 		}
 	}
 }

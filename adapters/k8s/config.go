@@ -1,0 +1,254 @@
+package k8s
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"runtime"
+	"sync"
+
+	"github.com/listwatch/mirror"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/client-go/rest"
+	sigsjson "sigs.k8s.io/json"
+)
+
+// Content types the adapter asks for.
+const (
+	contentProtobuf = "application/vnd.kubernetes.protobuf"
+	contentJSON     = "application/json"
+)
+
+// protoUnmarshaler is what the generated protobuf code of Kubernetes' own
+// types gives them.
+type protoUnmarshaler interface {
+	Unmarshal(data []byte) error
+}
+
+// NewForConfig returns a ListWatcher of the objects of resource gvr (such
+// as {Version: "v1", Resource: "pods"}), as type T (such as *corev1.Pod),
+// in namespace (empty: every namespace, and what a cluster-scoped
+// resource needs), through a client of its own made from cfg, whose
+// address, credentials, TLS and rate limits it keeps.
+//
+// Unlike New over a typed client, it decodes what the server sends
+// itself:
+//
+//   - Protobuf by default, for the types that have it (Kubernetes' own,
+//     those of k8s.io/api); the server answers a type it does not serve
+//     as protobuf (a custom resource) with JSON, which the ListWatcher
+//     decodes as well. A T without protobuf code is always asked for as
+//     JSON. cfg.ContentType "application/json" asks for JSON alone.
+//   - Decoding overlaps reading: the events of a watch (and so of a
+//     streaming list) are decoded, a batch at a time, on up to
+//     GOMAXPROCS goroutines (at most 4) while the next arrive, and handed
+//     on in the order they came; the items of a list page likewise.
+//   - With Options.StripManagedFields, managedFields are dropped from the
+//     protobuf as an object is decoded, never held in memory.
+//
+// An object that cannot be decoded is reported as an *mirror.ObjectError
+// and skipped; a watch stream that cannot be read any further ends as
+// client-go's does (see Watch). cfg is not modified.
+func NewForConfig[T Object](cfg *rest.Config, gvr schema.GroupVersionResource, namespace string, opts Options) (*ListWatcher[T], error) {
+	if gvr.Resource == "" || gvr.Version == "" {
+		return nil, errors.New("k8s: NewForConfig needs the resource's version and name")
+	}
+	t := reflect.TypeFor[T]()
+	if t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct {
+		return nil, fmt.Errorf("k8s: NewForConfig needs a pointer to a struct, not %s", t)
+	}
+	c := &wireClient[T]{namespace: namespace, resource: gvr.Resource, strip: opts.StripManagedFields}
+	c.proto = t.Implements(reflect.TypeFor[protoUnmarshaler]())
+	if cfg.ContentType == contentJSON {
+		c.proto = false
+	}
+	c.workers = min(max(runtime.GOMAXPROCS(0), 1), 4)
+	rc, err := restClient(cfg, gvr.GroupVersion())
+	if err != nil {
+		return nil, fmt.Errorf("k8s: NewForConfig %s: %w", gvrName(gvr), err)
+	}
+	c.rc = rc
+	lw := newListWatcher[T](nil, nil, opts)
+	lw.wire = c
+	lw.resource = gvrName(gvr)
+	if namespace != "" {
+		lw.resource += " in " + namespace
+	}
+	return lw, nil
+}
+
+// metaScheme knows metav1's types, for the errors the server sends.
+var metaScheme = func() *kruntime.Scheme {
+	s := kruntime.NewScheme()
+	metav1.AddToGroupVersion(s, schema.GroupVersion{Version: "v1"})
+	return s
+}()
+
+// restClient returns a REST client of the group version gv from cfg.
+func restClient(cfg *rest.Config, gv schema.GroupVersion) (*rest.RESTClient, error) {
+	c := rest.CopyConfig(cfg)
+	c.GroupVersion = &gv
+	c.APIPath = "/apis"
+	if gv.Group == "" {
+		c.APIPath = "/api"
+	}
+	c.NegotiatedSerializer = serializer.NewCodecFactory(metaScheme).WithoutConversion()
+	c.ContentType = contentJSON
+	if c.UserAgent == "" {
+		c.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	return rest.RESTClientFor(c)
+}
+
+// wireClient lists and watches objects of type T and decodes them itself.
+type wireClient[T Object] struct {
+	rc        *rest.RESTClient
+	namespace string
+	resource  string
+	strip     bool
+	// proto is whether to ask for protobuf.
+	proto   bool
+	workers int
+}
+
+// accept is the Accept header of c's requests.
+func (c *wireClient[T]) accept() string {
+	if c.proto {
+		return contentProtobuf + ", " + contentJSON
+	}
+	return contentJSON
+}
+
+func (c *wireClient[T]) request(o metav1.ListOptions) *rest.Request {
+	return c.rc.Get().NamespaceIfScoped(c.namespace, c.namespace != "").Resource(c.resource).
+		VersionedParams(&o, metav1.ParameterCodec).SetHeader("Accept", c.accept())
+}
+
+// page is one page of a list, decoded.
+type page[T any] struct {
+	meta    metav1.ListMeta
+	items   []T
+	skipped []error
+}
+
+// list gets and decodes one page.
+func (c *wireClient[T]) list(ctx context.Context, o metav1.ListOptions) (page[T], error) {
+	var p page[T]
+	var ct string
+	raw, err := c.request(o).Do(ctx).ContentType(&ct).Raw()
+	if err != nil {
+		return p, err
+	}
+	var items [][]byte
+	if msg, _, perr := unwrapObject(raw); perr == nil {
+		err = eachField(msg, func(f protoField) error {
+			switch {
+			case f.num == 1 && f.wire == 2:
+				return p.meta.Unmarshal(f.data)
+			case f.num == 2 && f.wire == 2:
+				items = append(items, f.data)
+			}
+			return nil
+		})
+		if err != nil {
+			return p, fmt.Errorf("decode a list: %w", err)
+		}
+		p.items, p.skipped = c.decodeItems(items, true, p.meta.ResourceVersion)
+		return p, nil
+	}
+	var l struct {
+		Metadata metav1.ListMeta   `json:"metadata"`
+		Items    []json.RawMessage `json:"items"`
+	}
+	if err := json.Unmarshal(raw, &l); err != nil {
+		return p, fmt.Errorf("decode a list of %d bytes (%s): %w", len(raw), ct, errJSON(err))
+	}
+	p.meta = l.Metadata
+	items = make([][]byte, len(l.Items))
+	for i, it := range l.Items {
+		items[i] = it
+	}
+	p.items, p.skipped = c.decodeItems(items, false, p.meta.ResourceVersion)
+	return p, nil
+}
+
+// decodeItems decodes a list's items, on up to c.workers goroutines.
+func (c *wireClient[T]) decodeItems(raw [][]byte, proto bool, rv string) ([]T, []error) {
+	objs := make([]T, len(raw))
+	errs := make([]error, len(raw))
+	workers := min(c.workers, max(len(raw)/64, 1))
+	var wg sync.WaitGroup
+	for w := range workers {
+		lo, hi := w*len(raw)/workers, (w+1)*len(raw)/workers
+		wg.Go(func() {
+			var scratch []byte
+			for i := lo; i < hi; i++ {
+				objs[i], scratch, errs[i] = c.decode(raw[i], proto, scratch)
+			}
+		})
+	}
+	wg.Wait()
+	items := objs[:0]
+	var skipped []error
+	for i, obj := range objs {
+		if errs[i] != nil {
+			skipped = append(skipped, &mirror.ObjectError{ResourceVersion: rv,
+				Err: fmt.Errorf("k8s: decode item %d of a list of %s: %w", i, c.resource, errs[i])})
+			continue
+		}
+		items = append(items, obj)
+	}
+	clear(objs[len(items):])
+	return items, skipped
+}
+
+// decode decodes one object's message (protobuf) or JSON into a new T.
+func (c *wireClient[T]) decode(b []byte, proto bool, scratch []byte) (T, []byte, error) {
+	obj := newObject[T]()
+	var err error
+	if proto {
+		if c.strip {
+			if b, scratch, err = withoutManagedFields(b, scratch); err != nil {
+				var zero T
+				return zero, scratch, err
+			}
+		}
+		err = any(obj).(protoUnmarshaler).Unmarshal(b)
+	} else {
+		err = errJSON(sigsjson.UnmarshalCaseSensitivePreserveInts(b, obj))
+		if err == nil && c.strip {
+			obj.SetManagedFields(nil)
+		}
+	}
+	if err != nil {
+		var zero T
+		return zero, scratch, err
+	}
+	return obj, scratch, nil
+}
+
+// newObject returns a new T, a pointer to a zero struct.
+func newObject[T Object]() T {
+	return reflect.New(reflect.TypeFor[T]().Elem()).Interface().(T)
+}
+
+// errJSON keeps of a JSON error what names no content: its kind, and the
+// offset or the field and type.
+func errJSON(err error) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &syn):
+		return fmt.Errorf("invalid JSON at byte %d", syn.Offset)
+	case errors.As(err, &typ):
+		return fmt.Errorf("JSON %s where %s wants a %s", typ.Value, typ.Field, typ.Type)
+	}
+	return errors.New("invalid JSON")
+}

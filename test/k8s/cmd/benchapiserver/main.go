@@ -1,0 +1,342 @@
+// Command benchapiserver runs a kube-apiserver over an embedded etcd, in a
+// process of its own, for benchmarks that measure a client's CPU and heap
+// without the server's: bench's BenchmarkK8sStartup starts it as a child.
+//
+//	benchapiserver -dir DIR -out FILE [-load RECORDS]
+//
+// etcd keeps its data under DIR/etcd, so that objects loaded by one run
+// are there for the next. Once the server is ready, FILE holds its
+// address and a bearer token of system:masters as JSON
+// ({"host": ..., "token": ...}); the server's certificate is
+// self-signed. -load puts the records of RECORDS into etcd before the
+// server starts, as the server stores objects: each record is a key and a
+// value, each preceded by its length as a 4-byte big-endian number, such
+// as "/registry/pods/ns/name" and the Pod in protobuf, "k8s\x00" first;
+// once they are, DIR/loaded exists.
+// The server stops when standard input closes (the parent
+// exited or closed its end) or on SIGINT or SIGTERM.
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+	"k8s.io/apiserver/pkg/storage/storagebackend"
+	"k8s.io/klog/v2"
+	kubeapiservertesting "k8s.io/kubernetes/cmd/kube-apiserver/app/testing"
+)
+
+const token = "mirror-bench-token"
+
+func main() {
+	dir := flag.String("dir", "", "directory of etcd's data and the token file")
+	out := flag.String("out", "", "file to write the server's address and token to, once ready")
+	load := flag.String("load", "", "file of records to put into etcd before the server starts")
+	flag.Parse()
+	if *dir == "" || *out == "" {
+		fmt.Fprintln(os.Stderr, "benchapiserver: -dir and -out are required")
+		os.Exit(2)
+	}
+	quietKlog()
+	tb := &mainTB{}
+	code := 0
+	if err := run(tb, *dir, *out, *load); err != nil {
+		fmt.Fprintln(os.Stderr, "benchapiserver:", err)
+		code = 1
+	}
+	tb.cleanup()
+	os.Exit(code)
+}
+
+func run(tb *mainTB, dir, out, load string) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			f, ok := r.(fatal)
+			if !ok {
+				panic(r)
+			}
+			err = fmt.Errorf("%s", string(f))
+		}
+	}()
+	etcdURL, stop, err := startEtcd(filepath.Join(dir, "etcd"))
+	if err != nil {
+		return err
+	}
+	tb.Cleanup(stop)
+	if load != "" {
+		if err := loadRecords(etcdURL, load); err != nil {
+			return fmt.Errorf("load %s: %w", load, err)
+		}
+		// For the next run, which need not load them again.
+		if err := os.WriteFile(filepath.Join(dir, "loaded"), nil, 0o644); err != nil {
+			return err
+		}
+	}
+	tokenFile := filepath.Join(dir, "tokens.csv")
+	if err := os.WriteFile(tokenFile, []byte(token+`,mirror-bench,mirror-bench,"system:masters"`+"\n"), 0o600); err != nil {
+		return err
+	}
+	storage := storagebackend.NewDefaultConfig("/registry", nil)
+	storage.Transport.ServerList = []string{etcdURL}
+	opts := kubeapiservertesting.NewDefaultTestServerOptions()
+	opts.EnableCertAuth = false
+	opts.DisableInvariantChecks = true
+	ts, err := kubeapiservertesting.StartTestServer(tb, opts, []string{
+		"--disable-admission-plugins=ServiceAccount",
+		"--etcd-compaction-interval=0",
+		"--token-auth-file=" + tokenFile,
+	}, storage)
+	if err != nil {
+		return err
+	}
+	tb.Cleanup(ts.TearDownFn)
+	info, err := json.Marshal(map[string]string{"host": ts.ClientConfig.Host, "token": token})
+	if err != nil {
+		return err
+	}
+	tmp := out + ".tmp"
+	if err := os.WriteFile(tmp, info, 0o600); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, out); err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		close(done)
+	}()
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-sig:
+	}
+	return nil
+}
+
+// loadRecords puts the records of file into the etcd at url, up to 1 MB
+// to a transaction.
+func loadRecords(url, file string) error {
+	f, err := os.Open(file)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{url}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	r := bufio.NewReaderSize(f, 1<<20)
+	var ops []clientv3.Op
+	size := 0
+	flush := func() error {
+		if len(ops) == 0 {
+			return nil
+		}
+		_, err := c.Txn(context.Background()).Then(ops...).Commit()
+		ops, size = ops[:0], 0
+		return err
+	}
+	for {
+		key, err := readRecord(r)
+		if err == io.EOF {
+			return flush()
+		}
+		if err != nil {
+			return err
+		}
+		value, err := readRecord(r)
+		if err != nil {
+			return err
+		}
+		// etcd takes requests of up to 1.5 MB.
+		if size+len(key)+len(value) > 1<<20 {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+		ops = append(ops, clientv3.OpPut(string(key), string(value)))
+		size += len(key) + len(value)
+		if len(ops) == 100 { // etcd takes up to 128 operations a transaction
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// readRecord reads one length-prefixed field.
+func readRecord(r *bufio.Reader) ([]byte, error) {
+	var n [4]byte
+	if _, err := io.ReadFull(r, n[:]); err != nil {
+		return nil, err
+	}
+	b := make([]byte, binary.BigEndian.Uint32(n[:]))
+	if _, err := io.ReadFull(r, b); err != nil {
+		return nil, io.ErrUnexpectedEOF
+	}
+	return b, nil
+}
+
+// quietKlog drops the server's logs but for fatal ones.
+func quietKlog() {
+	var fs flag.FlagSet
+	klog.InitFlags(&fs)
+	for name, value := range map[string]string{"logtostderr": "false", "alsologtostderr": "false", "stderrthreshold": "FATAL"} {
+		if err := fs.Set(name, value); err != nil {
+			panic(err)
+		}
+	}
+	klog.SetOutput(io.Discard)
+}
+
+// startEtcd starts a one-member etcd on loopback with its data in dir.
+func startEtcd(dir string) (string, func(), error) {
+	peer, err := freeURL()
+	if err != nil {
+		return "", nil, err
+	}
+	client, err := freeURL()
+	if err != nil {
+		return "", nil, err
+	}
+	cfg := embed.NewConfig()
+	cfg.Dir = dir
+	cfg.ListenPeerUrls = []url.URL{peer}
+	cfg.AdvertisePeerUrls = []url.URL{peer}
+	cfg.ListenClientUrls = []url.URL{client}
+	cfg.AdvertiseClientUrls = []url.URL{client}
+	cfg.ListenMetricsUrls = nil
+	cfg.InitialCluster = cfg.Name + "=" + peer.String()
+	cfg.UnsafeNoFsync = true
+	cfg.Logger = "zap"
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	// 100k realistic Pods are about 1 GB of etcd data with history.
+	cfg.QuotaBackendBytes = 8 << 30
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return "", nil, err
+	}
+	var once sync.Once
+	stop := func() { once.Do(e.Close) }
+	select {
+	case <-e.Server.ReadyNotify():
+		return client.String(), stop, nil
+	case err := <-e.Err():
+		stop()
+		return "", nil, err
+	case <-time.After(2 * time.Minute):
+		stop()
+		return "", nil, fmt.Errorf("etcd not ready after 2m")
+	}
+}
+
+// freeURL returns an http URL on a loopback port that was free a moment ago.
+func freeURL() (url.URL, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return url.URL{}, err
+	}
+	addr := l.Addr().String()
+	return url.URL{Scheme: "http", Host: addr}, l.Close()
+}
+
+// fatal is what mainTB's fatal calls panic with; run recovers it.
+type fatal string
+
+// mainTB is the ktesting.TB that StartTestServer needs, outside a test:
+// it runs its cleanups when main calls cleanup, drops logs, and turns a
+// fatal error into a panic that run recovers.
+type mainTB struct {
+	mu       sync.Mutex
+	cleanups []func()
+	failed   bool
+}
+
+func (tb *mainTB) cleanup() {
+	for {
+		tb.mu.Lock()
+		n := len(tb.cleanups)
+		if n == 0 {
+			tb.mu.Unlock()
+			return
+		}
+		f := tb.cleanups[n-1]
+		tb.cleanups = tb.cleanups[:n-1]
+		tb.mu.Unlock()
+		f()
+	}
+}
+
+func (tb *mainTB) Cleanup(f func()) {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	tb.cleanups = append(tb.cleanups, f)
+}
+
+func (tb *mainTB) Error(args ...any) { tb.report(fmt.Sprint(args...)) }
+func (tb *mainTB) Errorf(format string, args ...any) {
+	tb.report(fmt.Sprintf(format, args...))
+}
+
+func (tb *mainTB) report(msg string) {
+	tb.mu.Lock()
+	tb.failed = true
+	tb.mu.Unlock()
+	fmt.Fprintln(os.Stderr, "benchapiserver:", msg)
+}
+
+func (tb *mainTB) Fail() {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	tb.failed = true
+}
+
+func (tb *mainTB) Failed() bool {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	return tb.failed
+}
+
+func (tb *mainTB) FailNow()                     { tb.Fatal("FailNow") }
+func (tb *mainTB) Fatal(args ...any)            { panic(fatal(fmt.Sprint(args...))) }
+func (tb *mainTB) Fatalf(f string, args ...any) { panic(fatal(fmt.Sprintf(f, args...))) }
+func (tb *mainTB) Skip(args ...any)             { tb.Fatal(args...) }
+func (tb *mainTB) Skipf(f string, args ...any)  { tb.Fatalf(f, args...) }
+func (tb *mainTB) SkipNow()                     { tb.Fatal("SkipNow") }
+func (tb *mainTB) Skipped() bool                { return false }
+func (tb *mainTB) Helper()                      {}
+func (tb *mainTB) Log(...any)                   {}
+func (tb *mainTB) Logf(string, ...any)          {}
+func (tb *mainTB) Attr(string, string)          {}
+func (tb *mainTB) Name() string                 { return "benchapiserver" }
+func (tb *mainTB) Chdir(string)                 { tb.Fatal("Chdir is not supported") }
+func (tb *mainTB) Setenv(string, string)        { tb.Fatal("Setenv is not supported") }
+
+// TempDir returns a new directory, removed by cleanup.
+func (tb *mainTB) TempDir() string {
+	dir, err := os.MkdirTemp("", "benchapiserver-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
