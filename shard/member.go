@@ -109,6 +109,7 @@ type Member struct {
 	fatal    error // a permanent refusal by the backend
 	seen     map[string]sighting
 	expired  map[string]string // member records Expire was tried on, by version
+	strays   map[string]string // stray claims Release was tried on, by version
 
 	handing sync.WaitGroup // hand-overs in progress
 }

@@ -277,6 +277,8 @@ func (m *Member) step(ctx context.Context) time.Duration {
 			if owner != m.id {
 				if c != nil && !c.leaving {
 					m.handOver(s, c)
+				} else if prev, ok := v.claims[s]; c == nil && ok && prev.Member == m.id {
+					m.releaseStray(ctx, lease, prev)
 				}
 				continue
 			}
@@ -320,6 +322,33 @@ func (m *Member) claim(ctx context.Context, lease Lease, s int, prev Record) boo
 	}
 	m.held[s] = c
 	return true
+}
+
+// releaseStray releases r, a claim of this member that it does not hold:
+// a Claim whose answer was lost (its request timed out after the backend
+// made it) leaves one, on which no work was granted. Left alone, it would
+// keep the shard from its owner for as long as this member's lease
+// stands. It is tried once per version of r, again if the Release failed.
+func (m *Member) releaseStray(ctx context.Context, lease Lease, r Record) {
+	m.mu.Lock()
+	if m.strays == nil {
+		m.strays = map[string]string{}
+	}
+	tried := m.strays[r.Name] == r.Version
+	m.strays[r.Name] = r.Version
+	m.mu.Unlock()
+	if tried {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, m.opts.RetryPeriod)
+	err := lease.Release(rctx, r)
+	cancel()
+	if err != nil {
+		m.mu.Lock()
+		delete(m.strays, r.Name)
+		m.mu.Unlock()
+		m.failed(lease, err, fmt.Sprintf("releasing stray claim of shard %d", r.Shard))
+	}
 }
 
 // expire fences out a member judged ended, once per version of its record.
