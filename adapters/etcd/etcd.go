@@ -22,6 +22,12 @@
 // (see mirror.CheckpointOptions) with Codec. ListWatcher.Stats counts the
 // lists and watches it asked etcd for: a mirror resumed from a checkpoint
 // makes no list while etcd still has the checkpoint's revision.
+//
+// NewShardBackend keeps a shard group (see package shard: leader election
+// and shards of work among a controller's replicas) under a prefix, each
+// member an etcd lease; FencedPut, FencedTxn and Fence make a write
+// conditional on the shard claim that granted the work, so that etcd
+// refuses it once the shard has moved on.
 package etcd
 
 import (

@@ -20,17 +20,23 @@ import (
 )
 
 // groupOptions are the options of the test groups' members: short leases,
-// so that a test waits a few seconds for one to end.
+// so that a test waits a few seconds for one to end, with room for a
+// loaded machine under the race detector, where one request to etcd may
+// take a good part of a second.
 func groupOptions(name string) shard.MemberOptions {
 	return shard.MemberOptions{
 		Name:          name,
-		TTL:           2 * time.Second,
-		RenewDeadline: 1200 * time.Millisecond,
-		RetryPeriod:   300 * time.Millisecond,
+		TTL:           3 * time.Second,
+		RenewDeadline: 1500 * time.Millisecond,
+		RetryPeriod:   500 * time.Millisecond,
 		ErrorHandler:  func(error) {}, // the cut-off and killed members fail by design
 		Logger:        slog.New(slog.DiscardHandler),
 	}
 }
+
+// splitTimeout bounds the wait for members to split the shards: a member
+// claims them one request at a time.
+const splitTimeout = 3 * eventTimeout
 
 // runningMember is a shard.Member whose Run goroutine the test started.
 type runningMember struct {
@@ -114,7 +120,8 @@ func splitEvenly(t *testing.T, c *clientv3.Client, prefix string, members ...*ru
 				t.Logf("member %s: holds %d, etcd says %d", m.ID(), len(m.Held()), len(shardsOf(h, m.ID())))
 				for _, s := range m.Held() {
 					if h[s] != m.ID() {
-						t.Logf("shard %d held by %s, etcd says %s", s, m.ID(), h[s])
+						t.Logf("shard %d (and maybe more) held by %s, etcd says %q", s, m.ID(), h[s])
+						break
 					}
 				}
 			}
@@ -140,7 +147,7 @@ func splitEvenly(t *testing.T, c *clientv3.Client, prefix string, members ...*ru
 			}
 		}
 		return len(seen) == shard.DefaultShards
-	}, eventTimeout, 50*time.Millisecond, "members never split the shards")
+	}, splitTimeout, 50*time.Millisecond, "members never split the shards")
 	return holders
 }
 
@@ -183,7 +190,7 @@ func TestShardBackend_GracefulStopHandsOverAtOnce(t *testing.T) {
 	// for it would fail the test.
 	opts := func(name string) shard.MemberOptions {
 		o := groupOptions(name)
-		o.TTL, o.RenewDeadline = time.Minute, 40*time.Second
+		o.TTL, o.RenewDeadline = 5*time.Minute, 4*time.Minute
 		return o
 	}
 	a, other := startMember(t, b, opts("a")), startMember(t, b, opts("b"))
@@ -194,14 +201,18 @@ func TestShardBackend_GracefulStopHandsOverAtOnce(t *testing.T) {
 	// Once Run returned, etcd holds nothing of a's: its lease is revoked.
 	resp, err := c.Get(context.Background(), prefix, clientv3.WithPrefix())
 	require.NoError(t, err)
+	var left []string
 	for _, kv := range resp.Kvs {
-		assert.NotEqual(t, aID, string(kv.Value), "key %s left after a graceful stop", kv.Key)
+		if string(kv.Value) == aID {
+			left = append(left, string(kv.Key))
+		}
 	}
+	assert.Empty(t, left, "keys left after a graceful stop")
 	all := make([]int, shard.DefaultShards)
 	for i := range all {
 		all[i] = i
 	}
-	require.Eventually(t, func() bool { return other.holdsExactly(all) }, eventTimeout, 50*time.Millisecond)
+	require.Eventually(t, func() bool { return other.holdsExactly(all) }, splitTimeout, 50*time.Millisecond)
 }
 
 func TestShardBackend_KilledMembersShardsTakenOnceItsLeaseEnds(t *testing.T) {
@@ -243,7 +254,7 @@ func TestShardBackend_KilledMembersShardsTakenOnceItsLeaseEnds(t *testing.T) {
 	require.Eventually(t, func() bool {
 		h, _ := groupClaims(t, c, prefix)
 		return len(shardsOf(h, other.ID())) == shard.DefaultShards
-	}, eventTimeout, 50*time.Millisecond)
+	}, splitTimeout, 50*time.Millisecond)
 	_, created := groupClaims(t, c, prefix)
 	for _, s := range itsShards {
 		assert.Greater(t, created[s], endRev, "shard %d claimed before the killed member's lease ended", s)
