@@ -143,18 +143,39 @@ func shardsHeldBy(own map[int]string, name string) []int {
 }
 
 // awaitSplit waits until every shard is claimed, by the replicas names
-// and no other, each holding some, and returns the claims.
+// and no other, as shard.Assign gives the shards to the members whose
+// records etcd holds (the split has settled), and returns the claims.
 func awaitSplit(t testing.TB, c *clientv3.Client, root string, shards int, names ...string) map[int]string {
 	t.Helper()
 	var own map[int]string
 	want := slices.Sorted(slices.Values(names))
 	require.Eventually(t, func() bool {
-		own = owners(t, c, root)
-		held := map[string]bool{}
-		for _, n := range own {
-			held[n] = true
+		resp, err := c.Get(context.Background(), root+"group/", clientv3.WithPrefix())
+		require.NoError(t, err)
+		var members []string
+		claims := map[int]string{}
+		for _, kv := range resp.Kvs {
+			rest := strings.TrimPrefix(string(kv.Key), root+"group/")
+			var s int
+			if id, ok := strings.CutPrefix(rest, "members/"); ok {
+				members = append(members, id)
+			} else if _, err := fmt.Sscanf(rest, "shards/%05d", &s); err == nil {
+				claims[s] = string(kv.Value)
+			}
 		}
-		return len(own) == shards && slices.Equal(slices.Sorted(maps.Keys(held)), want)
+		own = map[int]string{}
+		held := map[string]bool{}
+		for s, id := range claims {
+			own[s] = replicaOf(id)
+			held[own[s]] = true
+		}
+		target := shard.Assign(members, shards)
+		for s := range shards {
+			if len(target) != shards || claims[s] != target[s] {
+				return false
+			}
+		}
+		return slices.Equal(slices.Sorted(maps.Keys(held)), want)
 	}, convergeTimeout, 20*time.Millisecond, "the shards never split among %v; claims by replica: %v", names, countByReplica(own))
 	return own
 }
