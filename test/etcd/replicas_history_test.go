@@ -3,6 +3,7 @@ package etcd
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -207,20 +208,22 @@ func (h *callHistory) frozenCalls(f fault) string {
 		for _, c := range cs {
 			if frozenIn(c, []fault{f}) {
 				n++
-				outcomes[c.Write]++
+				w := c.Write
+				if w != writeNone && c.WriteAt < f.at {
+					w += " (sent before the freeze)"
+				}
+				outcomes[w]++
 			}
 		}
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d calls in progress across the freeze of %v", n, time.Duration(f.until-f.at).Round(time.Millisecond))
-	for _, w := range []string{writeAccepted, writeRefused, writeFailed, writeNone} {
-		if outcomes[w] > 0 {
-			name := w
-			if w == writeNone {
-				name = "no write (context ended)"
-			}
-			fmt.Fprintf(&b, "; %s: %d", name, outcomes[w])
+	for _, w := range slices.Sorted(maps.Keys(outcomes)) {
+		name := w
+		if w == writeNone {
+			name = "no write (context ended)"
 		}
+		fmt.Fprintf(&b, "; %s: %d", name, outcomes[w])
 	}
 	return b.String()
 }

@@ -402,7 +402,15 @@ func TestReplicas_FaultsKeepReconcilesApartAndConverge(t *testing.T) {
 
 	w.stop(t)
 	keys := awaitConverged(t, c, faultRoot)
-	end := time.Now().UnixNano()
+	// The final owners reconcile the keys of the shards they gained last
+	// at background priority: wait for that.
+	var end int64
+	var late []string
+	require.Eventually(t, func() bool {
+		end = time.Now().UnixNano()
+		late = newCallHistory(readAll(t, reps), shard.DefaultShards).unconverged(keys, final, names, faultRoot+"keys/", end)
+		return len(late) == 0
+	}, convergeTimeout, 100*time.Millisecond, "a key's last change was never reconciled by its final owner: %v", late)
 	for _, name := range []string{"r2", "r3", "r5"} {
 		reps[name].leave(t)
 	}
