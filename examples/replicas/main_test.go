@@ -37,7 +37,8 @@ func TestRun_DurationStopsTheDemoWithTheSummary(t *testing.T) {
 	out := &clitest.Output{}
 	require.NoError(t, run(t.Context(), []string{"--keys", "20", "--kill-after", "1h", "--duration", "5s"}, out), out.String())
 	assert.Contains(t, out.String(), "stopped: --duration 5s over\n")
-	assert.Regexp(t, `summary: 3 replicas, 20 keys; no replica killed; every key converged before the kill\n$`, out.String())
+	// Whether the keys converged within 5s depends on the machine.
+	assert.Regexp(t, `summary: 3 replicas, 20 keys; no replica killed; (every key converged before the kill|the keys never converged)\n$`, out.String())
 }
 
 func TestMain(m *testing.M) {
