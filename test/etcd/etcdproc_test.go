@@ -67,6 +67,9 @@ func TestMain(m *testing.M) {
 	if cfg := os.Getenv(proxyChildEnv); cfg != "" {
 		os.Exit(runChildProxy(cfg))
 	}
+	if cfg := os.Getenv(replicaEnv); cfg != "" {
+		os.Exit(runReplica(cfg))
+	}
 	code := m.Run()
 	stopBenchEtcd()
 	os.Exit(code)
