@@ -28,8 +28,8 @@ type Backend interface {
 }
 
 // Lease is one member's lease at a Backend, from Join until it ends. Its
-// methods are called by one goroutine at a time, but Renew may be called
-// while another method is in progress.
+// methods may be called concurrently: a member renews while it claims and
+// releases, and claims several shards at once.
 type Lease interface {
 	// Renew renews the lease. When it returns nil, the backend will not
 	// end the lease, nor let another member take its claims, before the

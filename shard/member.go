@@ -103,13 +103,15 @@ type Member struct {
 	lost     bool      // the lease ended: drop every claim, join again
 	deadline time.Time // no work is granted from then on
 	lapsed   bool      // the work's contexts were ended at the deadline
-	held     map[int]*claim
-	subs     []*subscriber
-	gone     []int // shards handed over or dropped, not yet told
-	fatal    error // a permanent refusal by the backend
-	seen     map[string]sighting
-	expired  map[string]string // member records Expire was tried on, by version
-	strays   map[string]string // stray claims Release was tried on, by version
+	// deadlineTimer ends the work granted at the deadline.
+	deadlineTimer *time.Timer
+	held          map[int]*claim
+	subs          []*subscriber
+	gone          []int // shards handed over or dropped, not yet told
+	fatal         error // a permanent refusal by the backend
+	seen          map[string]sighting
+	expired       map[string]string // member records Expire was tried on, by version
+	strays        map[string]string // stray claims Release was tried on, by version
 
 	handing sync.WaitGroup // hand-overs in progress
 

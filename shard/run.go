@@ -105,6 +105,37 @@ func (m *Member) Run(ctx context.Context) error {
 	return nil
 }
 
+// armLocked sets the timer that ends the work granted at the renewal
+// deadline. The timer, not the member's loop, ends it: the loop may be
+// waiting on a backend that does not answer. Call with m.mu held.
+func (m *Member) armLocked() {
+	if m.deadlineTimer == nil {
+		m.deadlineTimer = time.AfterFunc(time.Until(m.deadline), func() {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			if m.lease != nil && !time.Now().Before(m.deadline) {
+				m.lapseLocked()
+			}
+		})
+		return
+	}
+	m.deadlineTimer.Reset(time.Until(m.deadline))
+}
+
+// lapseLocked ends the work granted, once the renewal deadline has passed:
+// no more is granted until a renewal succeeds. Call with m.mu held.
+func (m *Member) lapseLocked() {
+	if m.lapsed {
+		return
+	}
+	m.lapsed = true
+	m.log.Warn("shard member missed its renewal deadline; work stopped until a renewal succeeds", "id", m.id)
+	for _, c := range m.held {
+		c.cancel()
+	}
+	m.poke()
+}
+
 // fatalErr returns the backend's permanent refusal, if any.
 func (m *Member) fatalErr() error {
 	m.mu.Lock()
@@ -125,6 +156,7 @@ func (m *Member) join(ctx, renewCtx context.Context, wg *sync.WaitGroup) error {
 	m.mu.Lock()
 	m.id, m.lease, m.lost, m.lapsed = id, lease, false, false
 	m.deadline = start.Add(m.opts.RenewDeadline)
+	m.armLocked()
 	m.mu.Unlock()
 	m.log.Debug("shard member joined", "id", id)
 	wg.Go(func() { m.renew(renewCtx, lease) })
@@ -154,6 +186,7 @@ func (m *Member) renew(ctx context.Context, lease Lease) {
 		case err == nil:
 			if d := start.Add(m.opts.RenewDeadline); d.After(m.deadline) {
 				m.deadline = d
+				m.armLocked()
 			}
 		case errors.Is(err, ErrLeaseLost):
 			m.lost = true
@@ -240,13 +273,7 @@ func (m *Member) step(ctx context.Context) time.Duration {
 	var wait time.Duration
 	if lease != nil {
 		if !now.Before(m.deadline) {
-			if !m.lapsed {
-				m.lapsed = true
-				m.log.Warn("shard member missed its renewal deadline; work stopped until a renewal succeeds", "id", m.id)
-				for _, c := range m.held {
-					c.cancel()
-				}
-			}
+			m.lapseLocked()
 		} else {
 			if m.lapsed {
 				m.lapsed = false
@@ -270,6 +297,7 @@ func (m *Member) step(ctx context.Context) time.Duration {
 			m.expire(ctx, lease, r)
 		}
 		target := m.assign(v.live)
+		var claims []pending
 		for s, owner := range target {
 			m.mu.Lock()
 			c := m.held[s]
@@ -294,13 +322,46 @@ func (m *Member) step(ctx context.Context) time.Duration {
 			if !ok {
 				prev = Record{}
 			}
-			if m.claim(ctx, lease, s, prev) {
-				gained = append(gained, s)
-			}
+			claims = append(claims, pending{s, prev})
 		}
+		gained = m.claimAll(ctx, lease, claims)
 	}
 	m.tell(gained)
 	return wait
+}
+
+// pending is a shard to claim from the claim record seen.
+type pending struct {
+	shard int
+	prev  Record
+}
+
+// maxClaims bounds the claims a member has in flight at once: a member
+// that takes over many shards (a first split, a member gone) claims them
+// in about one round trip per maxClaims shards, not one per shard.
+const maxClaims = 16
+
+// claimAll claims the shards of ps, maxClaims at a time, and returns
+// those it claimed, in order.
+func (m *Member) claimAll(ctx context.Context, lease Lease, ps []pending) []int {
+	won := make([]bool, len(ps))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, maxClaims)
+	for i, p := range ps {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			won[i] = m.claim(ctx, lease, p.shard, p.prev)
+		})
+	}
+	wg.Wait()
+	var gained []int
+	for i, p := range ps {
+		if won[i] {
+			gained = append(gained, p.shard)
+		}
+	}
+	return gained
 }
 
 // assign returns Assign(live), computed again only when the set of live
@@ -531,6 +592,9 @@ func (m *Member) leave(stopRenew func()) {
 		delete(m.held, s)
 	}
 	m.lease = nil
+	if m.deadlineTimer != nil {
+		m.deadlineTimer.Stop()
+	}
 	m.mu.Unlock()
 	m.log.Debug("shard member left", "id", m.ID())
 }
