@@ -116,12 +116,30 @@ func realisticPod(i int) *corev1.Pod {
 	}
 }
 
-// wirePods holds n Pods as the server would send them, as JSON, and
-// decodes them on each list, as a client does: nothing of the cached
-// objects is shared with the source.
+// wirePods holds n Pods as the server would send them, as JSON (or as
+// protobuf, made by newProtoWirePods), and decodes them on each list, as
+// a client does: nothing of the cached objects is shared with the source.
 type wirePods struct {
-	json [][]byte
+	json  [][]byte
+	proto [][]byte
 }
+
+// newProtoWirePods is newWirePods with the Pods as protobuf, as a client
+// that asks for application/vnd.kubernetes.protobuf gets them.
+func newProtoWirePods(n int) *wirePods {
+	w := &wirePods{proto: make([][]byte, n)}
+	for i := range n {
+		b, err := realisticPod(i).Marshal()
+		if err != nil {
+			panic(err)
+		}
+		w.proto[i] = b
+	}
+	return w
+}
+
+// len returns the number of Pods.
+func (w *wirePods) len() int { return max(len(w.json), len(w.proto)) }
 
 func newWirePods(n int) *wirePods {
 	w := &wirePods{json: make([][]byte, n)}
@@ -141,6 +159,12 @@ var podDecoder = serializer.NewCodecFactory(scheme.Scheme).UniversalDeserializer
 
 // decode decodes Pod i off the wire into into.
 func (w *wirePods) decode(i int, into runtime.Object) {
+	if w.proto != nil {
+		if err := into.(interface{ Unmarshal([]byte) error }).Unmarshal(w.proto[i]); err != nil {
+			panic(err)
+		}
+		return
+	}
 	if _, _, err := podDecoder.Decode(w.json[i], nil, into); err != nil {
 		panic(err)
 	}
@@ -154,7 +178,7 @@ type podSource[T k8s.Object] struct {
 }
 
 func (s podSource[T]) List(context.Context, source.ListOptions) (source.ListResult[T], error) {
-	items := make([]T, len(s.w.json))
+	items := make([]T, s.w.len())
 	for i := range items {
 		items[i] = s.alloc()
 		s.w.decode(i, items[i])
@@ -199,7 +223,7 @@ func startMirrorPods[T k8s.Object](src podSource[T], transform mirror.TransformF
 func startClientGoPods(w *wirePods, transform cache.TransformFunc) func() {
 	lw := noWatchList{&cache.ListWatch{
 		ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
-			list := &corev1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "100000000"}, Items: make([]corev1.Pod, len(w.json))}
+			list := &corev1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "100000000"}, Items: make([]corev1.Pod, w.len())}
 			for i := range list.Items {
 				w.decode(i, &list.Items[i])
 			}

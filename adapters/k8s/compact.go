@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"strings"
+	"unique"
 
 	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/source"
@@ -34,11 +36,12 @@ type ProtoObject interface {
 // Compact is an object of type T held as its protobuf encoding, with its
 // key, resource version, UID and labels beside it. It is immutable.
 type Compact[T ProtoObject] struct {
-	key    Key
+	key Key
+	// rv, uid and labels share the encoding's memory.
 	rv     string
 	uid    types.UID
-	labels pairs
-	raw    []byte
+	labels protoLabels
+	enc    encoding
 	newT   func() T
 }
 
@@ -54,45 +57,8 @@ func (c *Compact[T]) UID() types.UID { return c.uid }
 // Labels returns the object's labels, for a labels.Selector's Matches.
 func (c *Compact[T]) Labels() labels.Labels { return c.labels }
 
-// pairs holds labels as keys and values in turn: a few strings in one
-// slice, where a map of them costs a few hundred bytes more per object.
-type pairs []string
-
-func newPairs(m map[string]string) pairs {
-	if len(m) == 0 {
-		return nil
-	}
-	p := make(pairs, 0, 2*len(m))
-	for k, v := range m {
-		p = append(p, k, v)
-	}
-	return p
-}
-
-// Lookup returns the value of the label key and whether there is one.
-func (p pairs) Lookup(key string) (string, bool) {
-	for i := 0; i+1 < len(p); i += 2 {
-		if p[i] == key {
-			return p[i+1], true
-		}
-	}
-	return "", false
-}
-
-// Has reports whether there is a label key.
-func (p pairs) Has(key string) bool {
-	_, ok := p.Lookup(key)
-	return ok
-}
-
-// Get returns the value of the label key, or "".
-func (p pairs) Get(key string) string {
-	v, _ := p.Lookup(key)
-	return v
-}
-
 // Len returns the length of the object's encoding.
-func (c *Compact[T]) Len() int { return len(c.raw) }
+func (c *Compact[T]) Len() int { return c.enc.len() }
 
 // Object decodes the object and returns it. Each call returns a new
 // object, which the caller owns and may modify. It fails only if the
@@ -100,7 +66,7 @@ func (c *Compact[T]) Len() int { return len(c.raw) }
 // never has.
 func (c *Compact[T]) Object() (T, error) {
 	obj := c.newT()
-	if err := obj.Unmarshal(c.raw); err != nil {
+	if err := obj.Unmarshal(c.enc.bytes()); err != nil {
 		var zero T
 		return zero, fmt.Errorf("k8s: decode %s: %w", c.key, err)
 	}
@@ -114,13 +80,14 @@ func (c *Compact[T]) Object() (T, error) {
 // be encoded, or that transform fails on, is reported as an
 // *mirror.ObjectError and skipped.
 func CompactListWatcher[T ProtoObject](lw source.ListWatcher[T], newT func() T, transform mirror.TransformFunc[T]) source.ListWatcher[*Compact[T]] {
-	return &compactLW[T]{lw: lw, newT: newT, transform: transform}
+	return &compactLW[T]{lw: lw, newT: newT, transform: transform, chunks: newChunker()}
 }
 
 type compactLW[T ProtoObject] struct {
 	lw        source.ListWatcher[T]
 	newT      func() T
 	transform mirror.TransformFunc[T]
+	chunks    *chunker
 }
 
 func (c *compactLW[T]) compact(obj T) (_ *Compact[T], err error) {
@@ -139,8 +106,38 @@ func (c *compactLW[T]) compact(obj T) (_ *Compact[T], err error) {
 	if err != nil {
 		return nil, fmt.Errorf("k8s: encode: %w", err)
 	}
-	return &Compact[T]{key: key, rv: obj.GetResourceVersion(), uid: obj.GetUID(),
-		labels: newPairs(obj.GetLabels()), raw: raw, newT: c.newT}, nil
+	return c.fromEncoding(obj, raw), nil
+}
+
+// fromEncoding makes the Compact of obj from its encoding raw.
+func (c *compactLW[T]) fromEncoding(obj T, raw []byte) *Compact[T] {
+	enc, segs := c.chunks.encode(raw)
+	cobj := &Compact[T]{enc: enc, newT: c.newT,
+		// The key is the store's map key, kept as long as the object
+		// is cached, across updates: it must not hold on to one
+		// version's encoding. Namespaces are few and interned.
+		key: Key{Namespace: unique.Make(obj.GetNamespace()).Value(), Name: strings.Clone(obj.GetName())}}
+	spans, ok := metaSpans(raw)
+	str := func(i int) string {
+		if !ok {
+			return ""
+		}
+		s, found := enc.locate(segs, spans[i][0], spans[i][1])
+		if !found {
+			s = string(raw[spans[i][0]:spans[i][1]])
+		}
+		return s
+	}
+	if cobj.rv = str(3); cobj.rv != obj.GetResourceVersion() {
+		cobj.rv = obj.GetResourceVersion()
+	}
+	if cobj.uid = types.UID(str(2)); cobj.uid != obj.GetUID() {
+		cobj.uid = obj.GetUID()
+	}
+	if cobj.labels = protoLabels(str(4)); cobj.labels.len() != len(obj.GetLabels()) {
+		cobj.labels = encodeLabels(obj.GetLabels())
+	}
+	return cobj
 }
 
 // PrefersStreamingList passes on lw's preference, if it has one.
@@ -233,9 +230,10 @@ func NewCompactInformer[T ProtoObject](lw source.ListWatcher[*Compact[T]], opts 
 // IndexCompactByLabels indexes a Compact object under each of its labels,
 // as "key=value", as IndexByLabels does a decoded one. It never fails.
 func IndexCompactByLabels[T ProtoObject](c *Compact[T]) ([]string, error) {
-	vals := make([]string, 0, len(c.labels)/2)
-	for i := 0; i+1 < len(c.labels); i += 2 {
-		vals = append(vals, c.labels[i]+"="+c.labels[i+1])
-	}
+	var vals []string
+	c.labels.each(func(k, v string) bool {
+		vals = append(vals, k+"="+v)
+		return true
+	})
 	return vals, nil
 }
