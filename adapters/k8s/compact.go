@@ -2,9 +2,11 @@ package k8s
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"strings"
+	"sync"
 	"unique"
 
 	"github.com/listwatch/mirror"
@@ -79,17 +81,44 @@ func (c *Compact[T]) Object() (T, error) {
 // func() *corev1.Pod { return new(corev1.Pod) }. An object that cannot
 // be encoded, or that transform fails on, is reported as an
 // *mirror.ObjectError and skipped.
+//
+// If lw is an EncodedListWatcher and transform is nil, each object's
+// encoding is kept as it arrived: no object is decoded, and none encoded
+// again. An encoding that is not protobuf, or that has no metadata, is
+// reported as an *mirror.ObjectError and skipped; one that is protobuf
+// but not a T is kept, and Compact.Object reports it.
 func CompactListWatcher[T ProtoObject](lw source.ListWatcher[T], newT func() T, transform mirror.TransformFunc[T]) source.ListWatcher[*Compact[T]] {
-	return &compactLW[T]{lw: lw, newT: newT, transform: transform, chunks: newChunker()}
+	c := &compactLW[T]{lw: lw, newT: newT, transform: transform, chunks: newChunker()}
+	if e, ok := lw.(EncodedListWatcher); ok && transform == nil {
+		c.encoded = e
+	}
+	return c
+}
+
+// EncodedListWatcher is implemented by a source.ListWatcher that can also
+// list and watch its objects as their protobuf encodings, each one
+// object's as the server sent it (application/vnd.kubernetes.protobuf),
+// without the envelope around it. It follows the contract of
+// source.ListWatcher, but for the type of its items, and every encoding
+// must be of the type the ListWatcher lists. An item's bytes may share
+// memory with the page or event they came in; CompactListWatcher
+// modifies none and keeps none, copying what it holds.
+type EncodedListWatcher interface {
+	// ListEncoded is List with each item as its encoding.
+	ListEncoded(ctx context.Context, opts source.ListOptions) (source.ListResult[[]byte], error)
+	// WatchEncoded is Watch with each event's object as its encoding.
+	WatchEncoded(ctx context.Context, opts source.WatchOptions) (source.Watcher[[]byte], error)
 }
 
 type compactLW[T ProtoObject] struct {
 	lw        source.ListWatcher[T]
+	encoded   EncodedListWatcher // lw, if it is one and there is no transform
 	newT      func() T
 	transform mirror.TransformFunc[T]
 	chunks    *chunker
 }
 
+// compact makes the Compact of a decoded object.
 func (c *compactLW[T]) compact(obj T) (_ *Compact[T], err error) {
 	key := Key{Namespace: obj.GetNamespace(), Name: obj.GetName()}
 	defer func() {
@@ -102,42 +131,117 @@ func (c *compactLW[T]) compact(obj T) (_ *Compact[T], err error) {
 			return nil, err
 		}
 	}
-	raw, err := obj.Marshal()
+	raw, buf, err := marshal(obj)
 	if err != nil {
 		return nil, fmt.Errorf("k8s: encode: %w", err)
 	}
-	return c.fromEncoding(obj, raw), nil
+	cobj, err := c.fromEncoding(raw, false)
+	if buf != nil {
+		marshalBufs.Put(buf)
+	}
+	if err != nil {
+		return nil, err
+	}
+	// Marshal writes the metadata where fromEncoding reads it; should a
+	// type hold it elsewhere, its accessors have the last word.
+	if cobj.key.Name != obj.GetName() || cobj.key.Namespace != obj.GetNamespace() {
+		cobj.key = Key{Namespace: unique.Make(obj.GetNamespace()).Value(), Name: strings.Clone(obj.GetName())}
+	}
+	if cobj.rv != obj.GetResourceVersion() {
+		cobj.rv = obj.GetResourceVersion()
+	}
+	if cobj.uid != obj.GetUID() {
+		cobj.uid = obj.GetUID()
+	}
+	if cobj.labels.len() != len(obj.GetLabels()) {
+		cobj.labels = encodeLabels(obj.GetLabels())
+	}
+	return cobj, nil
 }
 
-// fromEncoding makes the Compact of obj from its encoding raw.
-func (c *compactLW[T]) fromEncoding(obj T, raw []byte) *Compact[T] {
-	enc, segs := c.chunks.encode(raw)
-	cobj := &Compact[T]{enc: enc, newT: c.newT,
-		// The key is the store's map key, kept as long as the object
-		// is cached, across updates: it must not hold on to one
-		// version's encoding. Namespaces are few and interned.
-		key: Key{Namespace: unique.Make(obj.GetNamespace()).Value(), Name: strings.Clone(obj.GetName())}}
+// sizedMarshaler is what the generated protobuf code of every type of
+// k8s.io/api has besides Marshal: it encodes into a buffer of the caller.
+type sizedMarshaler interface {
+	Size() int
+	MarshalToSizedBuffer(b []byte) (int, error)
+}
+
+var marshalBufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// marshal encodes obj, into a buffer of marshalBufs if obj can, which
+// the caller puts back once done with the encoding.
+func marshal[T ProtoObject](obj T) (raw []byte, buf *[]byte, err error) {
+	m, ok := any(obj).(sizedMarshaler)
+	if !ok {
+		raw, err = obj.Marshal()
+		return raw, nil, err
+	}
+	size := m.Size()
+	if size > maxPooled {
+		raw, err = obj.Marshal()
+		return raw, nil, err
+	}
+	buf = marshalBufs.Get().(*[]byte)
+	if cap(*buf) < size {
+		*buf = make([]byte, size, max(size, 8<<10))
+	}
+	b := (*buf)[:size]
+	n, err := m.MarshalToSizedBuffer(b)
+	if err != nil {
+		marshalBufs.Put(buf)
+		return nil, nil, err
+	}
+	return b[size-n:], buf, nil
+}
+
+// compactEncoded makes the Compact of an object's encoding as it arrived.
+func (c *compactLW[T]) compactEncoded(raw []byte) (*Compact[T], error) {
+	cobj, err := c.fromEncoding(raw, true)
+	if err != nil {
+		var zero T
+		return nil, &mirror.ObjectError{Err: fmt.Errorf("k8s: %d bytes of %T: %w", len(raw), zero, err)}
+	}
+	return cobj, nil
+}
+
+var (
+	errNotProtobuf = errors.New("not a protobuf encoding")
+	errNoMetadata  = errors.New("no object metadata in the encoding")
+)
+
+// fromEncoding makes a Compact of the encoding raw, which it does not
+// keep. Its key, version, UID and labels are read from the metadata in
+// raw; if there is none, it fails if needMeta is set, and leaves them
+// empty otherwise.
+func (c *compactLW[T]) fromEncoding(raw []byte, needMeta bool) (*Compact[T], error) {
 	spans, ok := metaSpans(raw)
-	str := func(i int) string {
-		if !ok {
-			return ""
+	if !ok {
+		if needMeta {
+			return nil, errNoMetadata
 		}
+		spans = [5][2]int{}
+	}
+	enc, k, ok := c.chunks.encode(raw)
+	if !ok {
+		return nil, errNotProtobuf
+	}
+	defer k.release()
+	segs := k.segs
+	str := func(i int) string {
 		s, found := enc.locate(segs, spans[i][0], spans[i][1])
 		if !found {
 			s = string(raw[spans[i][0]:spans[i][1]])
 		}
 		return s
 	}
-	if cobj.rv = str(3); cobj.rv != obj.GetResourceVersion() {
-		cobj.rv = obj.GetResourceVersion()
-	}
-	if cobj.uid = types.UID(str(2)); cobj.uid != obj.GetUID() {
-		cobj.uid = obj.GetUID()
-	}
-	if cobj.labels = protoLabels(str(4)); cobj.labels.len() != len(obj.GetLabels()) {
-		cobj.labels = encodeLabels(obj.GetLabels())
-	}
-	return cobj
+	span := func(i int) []byte { return raw[spans[i][0]:spans[i][1]] }
+	return &Compact[T]{enc: enc, newT: c.newT,
+		// The key is the store's map key, kept as long as the object
+		// is cached, across updates: it must not hold on to one
+		// version's encoding. Namespaces are few and interned.
+		key: Key{Namespace: unique.Make(string(span(metaNamespace))).Value(), Name: string(span(metaName))},
+		rv:  str(metaRV), uid: types.UID(str(metaUID)), labels: protoLabels(str(metaLabels)),
+	}, nil
 }
 
 // PrefersStreamingList passes on lw's preference, if it has one.
@@ -147,16 +251,27 @@ func (c *compactLW[T]) PrefersStreamingList() bool {
 }
 
 func (c *compactLW[T]) List(ctx context.Context, opts source.ListOptions) (source.ListResult[*Compact[T]], error) {
+	if c.encoded != nil {
+		res, err := c.encoded.ListEncoded(ctx, opts)
+		return compactList(c, res, err, c.compactEncoded)
+	}
 	res, err := c.lw.List(ctx, opts)
+	return compactList(c, res, err, c.compact)
+}
+
+// compactList makes a page of Compacts of a page of objects or
+// encodings.
+func compactList[T ProtoObject, In any](c *compactLW[T], res source.ListResult[In], err error, compact func(In) (*Compact[T], error)) (source.ListResult[*Compact[T]], error) {
 	out := source.ListResult[*Compact[T]]{ResourceVersion: res.ResourceVersion, Continue: res.Continue, Skipped: res.Skipped}
 	if err != nil {
 		return out, err
 	}
+	c.chunks.reserve(len(res.Items))
 	out.Items = make([]*Compact[T], 0, len(res.Items))
-	var zero T
+	var zero In
 	for i, obj := range res.Items {
 		res.Items[i] = zero // the decoded object goes once encoded
-		cobj, err := c.compact(obj)
+		cobj, err := compact(obj)
 		if err != nil {
 			out.Skipped = append(out.Skipped, err)
 			continue
@@ -167,26 +282,33 @@ func (c *compactLW[T]) List(ctx context.Context, opts source.ListOptions) (sourc
 }
 
 func (c *compactLW[T]) Watch(ctx context.Context, opts source.WatchOptions) (source.Watcher[*Compact[T]], error) {
+	if c.encoded != nil {
+		w, err := c.encoded.WatchEncoded(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		return &compactWatcher[T, []byte]{w: w, compact: c.compactEncoded}, nil
+	}
 	w, err := c.lw.Watch(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
-	return &compactWatcher[T]{w: w, c: c}, nil
+	return &compactWatcher[T, T]{w: w, compact: c.compact}, nil
 }
 
-type compactWatcher[T ProtoObject] struct {
-	w source.Watcher[T]
-	c *compactLW[T]
+type compactWatcher[T ProtoObject, In any] struct {
+	w       source.Watcher[In]
+	compact func(In) (*Compact[T], error)
 }
 
-func (w *compactWatcher[T]) Next(ctx context.Context) (source.Event[*Compact[T]], error) {
+func (w *compactWatcher[T, In]) Next(ctx context.Context) (source.Event[*Compact[T]], error) {
 	ev, err := w.w.Next(ctx)
 	out := source.Event[*Compact[T]]{Type: ev.Type, ResourceVersion: ev.ResourceVersion,
 		InitialEventsEnd: ev.InitialEventsEnd, KeyOnly: ev.KeyOnly, Err: ev.Err}
 	if err != nil || ev.Type == source.Bookmark || ev.Type == source.Error {
 		return out, err
 	}
-	cobj, cerr := w.c.compact(ev.Object)
+	cobj, cerr := w.compact(ev.Object)
 	if cerr != nil {
 		// Reported, and the stream goes on, as for an object the
 		// client could not decode.
@@ -197,7 +319,7 @@ func (w *compactWatcher[T]) Next(ctx context.Context) (source.Event[*Compact[T]]
 	return out, nil
 }
 
-func (w *compactWatcher[T]) Stop() { w.w.Stop() }
+func (w *compactWatcher[T, In]) Stop() { w.w.Stop() }
 
 // NewCompactInformer returns an informer of Compact objects, wired as
 // NewInformer wires one of T: keyed by namespace and name, indexed by

@@ -3,6 +3,8 @@ package k8s
 import (
 	"hash/maphash"
 	"math/bits"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"unique"
 	"unsafe"
@@ -132,7 +134,8 @@ type segment struct {
 	start, end, lit, ref int
 }
 
-// cut is the state of one encoding being cut.
+// cut is the state of one encoding being cut. Its buffers are reused,
+// from cuts, for the next encoding.
 type cut struct {
 	c    *chunker
 	raw  []byte
@@ -141,17 +144,38 @@ type cut struct {
 	segs []segment
 }
 
-// encode cuts raw, and returns it with the segments it was cut into.
-func (c *chunker) encode(raw []byte) (encoding, []segment) {
-	k := cut{c: c, raw: raw, lit: make([]byte, 0, len(raw))}
+var cuts = sync.Pool{New: func() any { return new(cut) }}
+
+// maxPooled is the largest literal buffer a cut keeps for reuse.
+const maxPooled = 64 << 10
+
+// encode cuts raw. It returns the cut, whose segments (k.segs) tell where
+// each byte of raw went, and which the caller must release; ok is false
+// if raw is not a protobuf message.
+func (c *chunker) encode(raw []byte) (_ encoding, k *cut, ok bool) {
+	k = cuts.Get().(*cut)
+	k.c, k.raw = c, raw
 	if !k.fields(0, len(raw), 0) {
-		k.lit, k.refs, k.segs = k.lit[:0], nil, nil
-		k.literal(0, len(raw))
+		k.release()
+		return encoding{}, nil, false
 	}
-	// One allocation of the literal's size, where the first was the
-	// whole encoding's.
-	lit := string(k.lit)
-	return encoding{lit: lit, refs: k.refs}, k.segs
+	// What is kept is allocated at its size: the literal bytes and the
+	// references.
+	enc := encoding{lit: string(k.lit)}
+	if len(k.refs) > 0 {
+		enc.refs = slices.Clone(k.refs)
+	}
+	return enc, k, true
+}
+
+// release returns k to the pool.
+func (k *cut) release() {
+	if cap(k.lit) > maxPooled {
+		k.lit = nil
+	}
+	clear(k.refs) // the handles keep chunks alive
+	k.c, k.raw, k.lit, k.refs, k.segs = nil, nil, k.lit[:0], k.refs[:0], k.segs[:0]
+	cuts.Put(k)
 }
 
 // literal appends raw[start:end] to the literal bytes.
@@ -262,6 +286,15 @@ func (e *encoding) locate(segs []segment, start, end int) (s string, ok bool) {
 	return "", false
 }
 
+// The spans metaSpans finds.
+const (
+	metaName = iota
+	metaNamespace
+	metaUID
+	metaRV
+	metaLabels
+)
+
 // metaSpans finds, in the encoding of a Kubernetes object, the bytes of
 // its metadata's name, namespace, UID and resource version values and of
 // its run of label entries. Every type of k8s.io/api (and
@@ -269,13 +302,6 @@ func (e *encoding) locate(segs []segment, start, end int) (s string, ok bool) {
 // them in fields 1, 3, 5, 6 and 11. ok is false if raw has no such
 // metadata; the caller checks the values against the object anyway.
 func metaSpans(raw []byte) (spans [5][2]int, ok bool) {
-	const (
-		name = iota
-		namespace
-		uid
-		rv
-		labelRun
-	)
 	meta, at := fieldBytes(raw, 1)
 	if at < 0 {
 		return spans, false
@@ -288,12 +314,12 @@ func metaSpans(raw []byte) (spans [5][2]int, ok bool) {
 		}
 		if num == 11 && typ == protowire.BytesType {
 			if !inLabels {
-				if spans[labelRun][1] != 0 {
+				if spans[metaLabels][1] != 0 {
 					return spans, false // two runs of labels
 				}
-				spans[labelRun][0] = at + i
+				spans[metaLabels][0] = at + i
 			}
-			spans[labelRun][1] = at + i + n
+			spans[metaLabels][1] = at + i + n
 			inLabels = true
 			i += n
 			continue
@@ -303,13 +329,13 @@ func metaSpans(raw []byte) (spans [5][2]int, ok bool) {
 			idx := -1
 			switch num {
 			case 1:
-				idx = name
+				idx = metaName
 			case 3:
-				idx = namespace
+				idx = metaNamespace
 			case 5:
-				idx = uid
+				idx = metaUID
 			case 6:
-				idx = rv
+				idx = metaRV
 			}
 			if idx >= 0 {
 				s, e := value(meta, i)
