@@ -20,9 +20,11 @@ import (
 // same objects. A compact cache holds each object as its protobuf
 // encoding instead, with the few fields that keys, versions, identities
 // and label selectors need beside it, and decodes a fresh object on every
-// read. It trades CPU per read for memory; and since every read gets an
-// object of its own, a caller may modify what it reads, which a shared
-// cache forbids.
+// read. Objects made from one template repeat most of their encoding,
+// and the compact cache holds what they repeat once (see
+// compact_encoding.go). It trades CPU per read for memory; and since
+// every read gets an object of its own, a caller may modify what it
+// reads, which a shared cache forbids.
 
 // ProtoObject is an Object with the generated protobuf methods of the
 // Kubernetes API types (*corev1.Pod, *metav1.PartialObjectMetadata, and
@@ -31,12 +33,30 @@ type ProtoObject interface {
 	Object
 	// Marshal returns the object's protobuf encoding.
 	Marshal() ([]byte, error)
-	// Unmarshal sets the object from its protobuf encoding.
+	// Unmarshal sets the object from its protobuf encoding. It must not
+	// keep data, whose memory the caller reuses; generated code copies
+	// what it decodes.
 	Unmarshal(data []byte) error
 }
 
 // Compact is an object of type T held as its protobuf encoding, with its
-// key, resource version, UID and labels beside it. It is immutable.
+// key, resource version, UID and labels beside it. It is immutable and
+// safe for concurrent use.
+//
+// The encoding is held in pieces: the object's own bytes, and runs of
+// bytes it shares with other objects, such as the containers, volumes,
+// labels, owner references and managedFields that the Pods of one
+// ReplicaSet all have. A shared run is held once for the whole process,
+// and goes when no object holds it any more; the more objects repeat,
+// the less each costs, and managedFields, which are mostly the same
+// across the objects of one template, cost little. The trade-off is CPU:
+// Object decodes on every call, so a Get costs a decode and a List of n
+// objects n decodes, where a default cache shares one object with every
+// reader; and a CompactListWatcher encodes every object it lists or
+// watches again, unless its source hands out the encodings as they
+// arrived (EncodedListWatcher), in which case it decodes none. The cache
+// suits large caches read by key at a modest rate, not controllers that
+// read whole namespaces on every reconcile.
 type Compact[T ProtoObject] struct {
 	key Key
 	// rv, uid and labels share the encoding's memory.
@@ -68,7 +88,14 @@ func (c *Compact[T]) Len() int { return c.enc.len() }
 // never has.
 func (c *Compact[T]) Object() (T, error) {
 	obj := c.newT()
-	if err := obj.Unmarshal(c.enc.bytes()); err != nil {
+	buf := bufs.Get().(*[]byte)
+	b := c.enc.appendTo((*buf)[:0])
+	err := obj.Unmarshal(b)
+	if cap(b) <= maxPooled {
+		*buf = b[:0]
+		bufs.Put(buf)
+	}
+	if err != nil {
 		var zero T
 		return zero, fmt.Errorf("k8s: decode %s: %w", c.key, err)
 	}
@@ -137,7 +164,7 @@ func (c *compactLW[T]) compact(obj T) (_ *Compact[T], err error) {
 	}
 	cobj, err := c.fromEncoding(raw, false)
 	if buf != nil {
-		marshalBufs.Put(buf)
+		bufs.Put(buf)
 	}
 	if err != nil {
 		return nil, err
@@ -166,9 +193,11 @@ type sizedMarshaler interface {
 	MarshalToSizedBuffer(b []byte) (int, error)
 }
 
-var marshalBufs = sync.Pool{New: func() any { return new([]byte) }}
+// bufs holds buffers for encodings on their way: marshalled before they
+// are cut, put together before they are decoded.
+var bufs = sync.Pool{New: func() any { return new([]byte) }}
 
-// marshal encodes obj, into a buffer of marshalBufs if obj can, which
+// marshal encodes obj, into a buffer of bufs if obj can, which
 // the caller puts back once done with the encoding.
 func marshal[T ProtoObject](obj T) (raw []byte, buf *[]byte, err error) {
 	m, ok := any(obj).(sizedMarshaler)
@@ -181,14 +210,14 @@ func marshal[T ProtoObject](obj T) (raw []byte, buf *[]byte, err error) {
 		raw, err = obj.Marshal()
 		return raw, nil, err
 	}
-	buf = marshalBufs.Get().(*[]byte)
+	buf = bufs.Get().(*[]byte)
 	if cap(*buf) < size {
 		*buf = make([]byte, size, max(size, 8<<10))
 	}
 	b := (*buf)[:size]
 	n, err := m.MarshalToSizedBuffer(b)
 	if err != nil {
-		marshalBufs.Put(buf)
+		bufs.Put(buf)
 		return nil, nil, err
 	}
 	return b[size-n:], buf, nil

@@ -117,15 +117,18 @@ func (e *encoding) len() int {
 }
 
 // bytes puts the encoding back together, into a new slice.
-func (e *encoding) bytes() []byte {
-	buf := make([]byte, 0, e.len())
+func (e *encoding) bytes() []byte { return e.appendTo(make([]byte, 0, e.len())) }
+
+// appendTo appends the encoding, put back together, to b.
+func (e *encoding) appendTo(b []byte) []byte {
+	b = slices.Grow(b, e.len())
 	at := 0
 	for _, r := range e.refs {
-		buf = append(buf, e.lit[at:r.at]...)
-		buf = append(buf, r.chunk.Value()...)
+		b = append(b, e.lit[at:r.at]...)
+		b = append(b, r.chunk.Value()...)
 		at = int(r.at)
 	}
-	return append(buf, e.lit[at:]...)
+	return append(b, e.lit[at:]...)
 }
 
 // segment is a piece of the encoding being cut: bytes [start, end) of
