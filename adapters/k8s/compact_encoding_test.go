@@ -106,7 +106,7 @@ func randomPods(seed uint64, families, each int) []*corev1.Pod {
 			*q = *resource.NewQuantity(c.Int63n(1<<20), resource.BinarySI)
 		},
 		func(r *metav1.FieldsV1, c randfill.Continue) {
-			r.Raw = fmt.Appendf(nil, `{"f:%d":{}}`, c.Uint32())
+			*r = *metav1.NewFieldsV1(fmt.Sprintf(`{"f:%d":{}}`, c.Uint32()))
 		},
 	)
 	r := rand.New(rand.NewPCG(seed, 1))
