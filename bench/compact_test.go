@@ -2,10 +2,15 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/listwatch/mirror/source"
 
 	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/adapters/k8s"
@@ -15,9 +20,15 @@ import (
 func newPod() *corev1.Pod { return new(corev1.Pod) }
 
 // runCompactPods runs a compact informer of the Pods, transformed by
-// transform before encoding, and waits until it has synced.
-func runCompactPods(w *wirePods, transform func(*corev1.Pod) (*corev1.Pod, error)) (*mirror.Informer[k8s.Key, *k8s.Compact[*corev1.Pod]], func()) {
-	lw := k8s.CompactListWatcher[*corev1.Pod](podSource[*corev1.Pod]{w, newPod}, newPod, transform)
+// transform before encoding, and waits until it has synced. Pods on a
+// protobuf wire are kept as they arrived unless there is a transform or
+// reencode is set: then they are decoded and encoded again.
+func runCompactPods(w *wirePods, transform func(*corev1.Pod) (*corev1.Pod, error), reencode bool) (*mirror.Informer[k8s.Key, *k8s.Compact[*corev1.Pod]], func()) {
+	var src source.ListWatcher[*corev1.Pod] = podSource[*corev1.Pod]{w, newPod}
+	if w.proto != nil && !reencode {
+		src = encodedPodSource{podSource[*corev1.Pod]{w, newPod}}
+	}
+	lw := k8s.CompactListWatcher[*corev1.Pod](src, newPod, transform)
 	inf := k8s.NewCompactInformer(lw, mirror.InformerOptions[k8s.Key, *k8s.Compact[*corev1.Pod]]{Logger: slog.New(slog.DiscardHandler)})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -32,8 +43,21 @@ func runCompactPods(w *wirePods, transform func(*corev1.Pod) (*corev1.Pod, error
 }
 
 func startCompactPods(w *wirePods, transform func(*corev1.Pod) (*corev1.Pod, error)) func() {
-	_, stop := runCompactPods(w, transform)
+	_, stop := runCompactPods(w, transform, false)
 	return stop
+}
+
+// encodedPodSource is a podSource of Pods on a protobuf wire that also
+// lists them as their encodings (k8s.EncodedListWatcher), each sharing the
+// wire's bytes, as items cut from a page read off the network would.
+type encodedPodSource struct{ podSource[*corev1.Pod] }
+
+func (s encodedPodSource) ListEncoded(context.Context, source.ListOptions) (source.ListResult[[]byte], error) {
+	return source.ListResult[[]byte]{Items: slices.Clone(s.w.proto), ResourceVersion: "100000000"}, nil
+}
+
+func (s encodedPodSource) WatchEncoded(ctx context.Context, _ source.WatchOptions) (source.Watcher[[]byte], error) {
+	return &idleWatcher[[]byte]{ctx: ctx}, nil
 }
 
 // BenchmarkCompact_Read measures the cost of reading the compact cache
@@ -49,7 +73,7 @@ func BenchmarkCompact_Read(b *testing.B) {
 		p := realisticPod(i)
 		keys[i] = k8s.Key{Namespace: p.Namespace, Name: p.Name}
 	}
-	compact, stopCompact := runCompactPods(w, k8s.StripManagedFields[*corev1.Pod])
+	compact, stopCompact := runCompactPods(w, k8s.StripManagedFields[*corev1.Pod], false)
 	defer stopCompact()
 	plain := k8s.NewInformer[*corev1.Pod](podSource[*corev1.Pod]{w, newPod},
 		k8s.InformerOptions[*corev1.Pod]{Transform: k8s.StripManagedFields[*corev1.Pod], Logger: slog.New(slog.DiscardHandler)})
@@ -115,5 +139,60 @@ func BenchmarkCompact_Read(b *testing.B) {
 			}
 			b.ReportMetric(float64(got), "pods/op")
 		})
+	}
+}
+
+// BenchmarkCompact_Sync measures the time from Run to synced of an
+// informer of realistic Pods (managedFields kept), decoded off the wire
+// as JSON or as protobuf by the source, as a client does, at 10k Pods
+// (and 100k with -pods100k): client-go's shared index informer, mirror's
+// k8s.NewInformer (default) and k8s.NewCompactInformer (compact; on the
+// protobuf wire it keeps the encodings as they arrived, and
+// compact-reencoded decodes and encodes them again, as it must over a
+// source that cannot hand them out). The
+// implementations run in turn within each count, so -count interleaves
+// them. One op builds, syncs and stops the informer; pods/s is its rate.
+func BenchmarkCompact_Sync(b *testing.B) {
+	sizes := []int{scaled(10_000)}
+	if *pods100k {
+		sizes = append(sizes, 100_000)
+	}
+	for _, n := range sizes {
+		for _, wire := range []string{"json", "protobuf"} {
+			// Made once, and only if a benchmark of the wire runs.
+			wireOf := sync.OnceValue(func() *wirePods {
+				if wire == "json" {
+					return newWirePods(n)
+				}
+				return newProtoWirePods(n)
+			})
+			impls := []struct {
+				name  string
+				start func() func()
+			}{
+				{"client-go", func() func() { return startClientGoPods(wireOf(), nil) }},
+				{"default", func() func() { return startMirrorPods(podSource[*corev1.Pod]{wireOf(), newPod}, nil) }},
+				{"compact", func() func() { return startCompactPods(wireOf(), nil) }},
+			}
+			if wire == "protobuf" {
+				// A source that cannot hand out the encodings.
+				impls = append(impls, struct {
+					name  string
+					start func() func()
+				}{"compact-reencoded", func() func() { _, stop := runCompactPods(wireOf(), nil, true); return stop }})
+			}
+			for _, im := range impls {
+				b.Run(fmt.Sprintf("pods=%s/wire=%s/impl=%s", thousands(n), wire, im.name), func(b *testing.B) {
+					b.ReportAllocs()
+					wireOf()
+					runtime.GC()
+					b.ResetTimer()
+					for b.Loop() {
+						im.start()()
+					}
+					b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "pods/s")
+				})
+			}
+		}
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -116,17 +118,38 @@ func realisticPod(i int) *corev1.Pod {
 	}
 }
 
-// wirePods holds n Pods as the server would send them, as JSON, and
-// decodes them on each list, as a client does: nothing of the cached
-// objects is shared with the source.
+// wirePods holds n Pods as the server would send them, as JSON (or as
+// protobuf, made by newProtoWirePods), and decodes them on each list, as
+// a client does: nothing of the cached objects is shared with the source.
 type wirePods struct {
-	json [][]byte
+	json  [][]byte
+	proto [][]byte
 }
 
-func newWirePods(n int) *wirePods {
+// newProtoWirePods is newWirePods with the Pods as protobuf, as a client
+// that asks for application/vnd.kubernetes.protobuf gets them.
+func newProtoWirePods(n int) *wirePods {
+	w := &wirePods{proto: make([][]byte, n)}
+	for i := range n {
+		b, err := realisticPod(i).Marshal()
+		if err != nil {
+			panic(err)
+		}
+		w.proto[i] = b
+	}
+	return w
+}
+
+// len returns the number of Pods.
+func (w *wirePods) len() int { return max(len(w.json), len(w.proto)) }
+
+func newWirePods(n int) *wirePods { return newWirePodsOf(n, realisticPod) }
+
+// newWirePodsOf is newWirePods of the Pods pod makes.
+func newWirePodsOf(n int, pod func(int) *corev1.Pod) *wirePods {
 	w := &wirePods{json: make([][]byte, n)}
 	for i := range n {
-		p := realisticPod(i)
+		p := pod(i)
 		p.APIVersion, p.Kind = "v1", "Pod"
 		b, err := json.Marshal(p)
 		if err != nil {
@@ -137,10 +160,41 @@ func newWirePods(n int) *wirePods {
 	return w
 }
 
+// variedPod is realisticPod(i) with what differs from Pod to Pod of one
+// ReplicaSet in a real cluster and not in realisticPod: its IP (in
+// status and in the key of the kubelet's managedFields), its node's IP,
+// and the times it started, became ready and was last written by the
+// kubelet.
+func variedPod(i int) *corev1.Pod {
+	p := realisticPod(i)
+	ip := fmt.Sprintf("10.%d.%d.%d", 244+i/65536, i/256%256, i%256)
+	host := fmt.Sprintf("10.0.%d.%d", i%500/250, i%500%250)
+	started := metav1.NewTime(p.CreationTimestamp.Add(time.Duration(i%3600) * time.Second))
+	p.Status.PodIP, p.Status.PodIPs = ip, []corev1.PodIP{{IP: ip}}
+	p.Status.HostIP, p.Status.HostIPs = host, []corev1.HostIP{{IP: host}}
+	p.Status.StartTime = &started
+	for c := range p.Status.Conditions {
+		p.Status.Conditions[c].LastTransitionTime = started
+	}
+	for c := range p.Status.ContainerStatuses {
+		p.Status.ContainerStatuses[c].State.Running.StartedAt = started
+	}
+	kubelet := &p.ManagedFields[1]
+	kubelet.Time = &started
+	kubelet.FieldsV1 = metav1.NewFieldsV1(strings.ReplaceAll(kubelet.FieldsV1.GetRawString(), "10.244.1.23", ip))
+	return p
+}
+
 var podDecoder = serializer.NewCodecFactory(scheme.Scheme).UniversalDeserializer()
 
 // decode decodes Pod i off the wire into into.
 func (w *wirePods) decode(i int, into runtime.Object) {
+	if w.proto != nil {
+		if err := into.(interface{ Unmarshal([]byte) error }).Unmarshal(w.proto[i]); err != nil {
+			panic(err)
+		}
+		return
+	}
 	if _, _, err := podDecoder.Decode(w.json[i], nil, into); err != nil {
 		panic(err)
 	}
@@ -154,7 +208,7 @@ type podSource[T k8s.Object] struct {
 }
 
 func (s podSource[T]) List(context.Context, source.ListOptions) (source.ListResult[T], error) {
-	items := make([]T, len(s.w.json))
+	items := make([]T, s.w.len())
 	for i := range items {
 		items[i] = s.alloc()
 		s.w.decode(i, items[i])
@@ -199,7 +253,7 @@ func startMirrorPods[T k8s.Object](src podSource[T], transform mirror.TransformF
 func startClientGoPods(w *wirePods, transform cache.TransformFunc) func() {
 	lw := noWatchList{&cache.ListWatch{
 		ListWithContextFunc: func(context.Context, metav1.ListOptions) (runtime.Object, error) {
-			list := &corev1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "100000000"}, Items: make([]corev1.Pod, len(w.json))}
+			list := &corev1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "100000000"}, Items: make([]corev1.Pod, w.len())}
 			for i := range list.Items {
 				w.decode(i, &list.Items[i])
 			}
@@ -248,7 +302,8 @@ func stripClientGo(obj any) (any, error) {
 // 10k Pods (and 100k with -pods100k), for client-go's shared index
 // informer and mirror's k8s.NewInformer, as decoded (default), with
 // managedFields stripped by a transform (stripped), held as protobuf by
-// k8s.NewCompactInformer (compact, compact-stripped), and metadata-only
+// k8s.NewCompactInformer (compact, compact-stripped), of variedPod's Pods
+// by client-go and as compact (varied, varied-compact), and metadata-only
 // (metav1.PartialObjectMetadata decoded from the same JSON, as the
 // metadata client receives it). json-B/pod is the Pods' JSON. One op
 // builds and syncs the informer. -short measures 1k Pods instead of 10k.
@@ -261,6 +316,8 @@ func BenchmarkInformer_HeapPerPod(b *testing.B) {
 	newMeta := func() *metav1.PartialObjectMetadata { return new(metav1.PartialObjectMetadata) }
 	for _, n := range sizes {
 		w := newWirePods(n)
+		// Made once, and only if a varied form runs.
+		varied := sync.OnceValue(func() *wirePods { return newWirePodsOf(n, variedPod) })
 		jsonBytes := 0
 		for _, j := range w.json {
 			jsonBytes += len(j)
@@ -277,6 +334,8 @@ func BenchmarkInformer_HeapPerPod(b *testing.B) {
 			}},
 			{"form=compact/impl=mirror", func() func() { return startCompactPods(w, nil) }},
 			{"form=compact-stripped/impl=mirror", func() func() { return startCompactPods(w, k8s.StripManagedFields[*corev1.Pod]) }},
+			{"form=varied/impl=client-go", func() func() { return startClientGoPods(varied(), nil) }},
+			{"form=varied-compact/impl=mirror", func() func() { return startCompactPods(varied(), nil) }},
 			{"form=metadata/impl=mirror", func() func() {
 				return startMirrorPods(podSource[*metav1.PartialObjectMetadata]{w, newMeta}, nil)
 			}},
@@ -287,6 +346,9 @@ func BenchmarkInformer_HeapPerPod(b *testing.B) {
 		for _, im := range impls {
 			b.Run(fmt.Sprintf("pods=%s/%s", thousands(n), im.name), func(b *testing.B) {
 				b.ReportAllocs()
+				if strings.HasPrefix(im.name, "form=varied") {
+					varied() // the wire is not the informer's heap
+				}
 				var heap uint64
 				for b.Loop() {
 					before := heapAlloc()

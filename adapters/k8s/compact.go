@@ -2,8 +2,12 @@ package k8s
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
+	"strings"
+	"sync"
+	"unique"
 
 	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/source"
@@ -16,9 +20,11 @@ import (
 // same objects. A compact cache holds each object as its protobuf
 // encoding instead, with the few fields that keys, versions, identities
 // and label selectors need beside it, and decodes a fresh object on every
-// read. It trades CPU per read for memory; and since every read gets an
-// object of its own, a caller may modify what it reads, which a shared
-// cache forbids.
+// read. Objects made from one template repeat most of their encoding,
+// and the compact cache holds what they repeat once (see
+// compact_encoding.go). It trades CPU per read for memory; and since
+// every read gets an object of its own, a caller may modify what it
+// reads, which a shared cache forbids.
 
 // ProtoObject is an Object with the generated protobuf methods of the
 // Kubernetes API types (*corev1.Pod, *metav1.PartialObjectMetadata, and
@@ -27,18 +33,37 @@ type ProtoObject interface {
 	Object
 	// Marshal returns the object's protobuf encoding.
 	Marshal() ([]byte, error)
-	// Unmarshal sets the object from its protobuf encoding.
+	// Unmarshal sets the object from its protobuf encoding. It must not
+	// keep data, whose memory the caller reuses; generated code copies
+	// what it decodes.
 	Unmarshal(data []byte) error
 }
 
 // Compact is an object of type T held as its protobuf encoding, with its
-// key, resource version, UID and labels beside it. It is immutable.
+// key, resource version, UID and labels beside it. It is immutable and
+// safe for concurrent use.
+//
+// The encoding is held in pieces: the object's own bytes, and runs of
+// bytes it shares with other objects, such as the containers, volumes,
+// labels, owner references and managedFields that the Pods of one
+// ReplicaSet all have. A shared run is held once for the whole process,
+// and goes when no object holds it any more; the more objects repeat,
+// the less each costs, and managedFields, which are mostly the same
+// across the objects of one template, cost little. The trade-off is CPU:
+// Object decodes on every call, so a Get costs a decode and a List of n
+// objects n decodes, where a default cache shares one object with every
+// reader; and a CompactListWatcher encodes every object it lists or
+// watches again, unless its source hands out the encodings as they
+// arrived (EncodedListWatcher), in which case it decodes none. The cache
+// suits large caches read by key at a modest rate, not controllers that
+// read whole namespaces on every reconcile.
 type Compact[T ProtoObject] struct {
-	key    Key
+	key Key
+	// rv, uid and labels share the encoding's memory.
 	rv     string
 	uid    types.UID
-	labels pairs
-	raw    []byte
+	labels protoLabels
+	enc    encoding
 	newT   func() T
 }
 
@@ -54,45 +79,8 @@ func (c *Compact[T]) UID() types.UID { return c.uid }
 // Labels returns the object's labels, for a labels.Selector's Matches.
 func (c *Compact[T]) Labels() labels.Labels { return c.labels }
 
-// pairs holds labels as keys and values in turn: a few strings in one
-// slice, where a map of them costs a few hundred bytes more per object.
-type pairs []string
-
-func newPairs(m map[string]string) pairs {
-	if len(m) == 0 {
-		return nil
-	}
-	p := make(pairs, 0, 2*len(m))
-	for k, v := range m {
-		p = append(p, k, v)
-	}
-	return p
-}
-
-// Lookup returns the value of the label key and whether there is one.
-func (p pairs) Lookup(key string) (string, bool) {
-	for i := 0; i+1 < len(p); i += 2 {
-		if p[i] == key {
-			return p[i+1], true
-		}
-	}
-	return "", false
-}
-
-// Has reports whether there is a label key.
-func (p pairs) Has(key string) bool {
-	_, ok := p.Lookup(key)
-	return ok
-}
-
-// Get returns the value of the label key, or "".
-func (p pairs) Get(key string) string {
-	v, _ := p.Lookup(key)
-	return v
-}
-
 // Len returns the length of the object's encoding.
-func (c *Compact[T]) Len() int { return len(c.raw) }
+func (c *Compact[T]) Len() int { return c.enc.len() }
 
 // Object decodes the object and returns it. Each call returns a new
 // object, which the caller owns and may modify. It fails only if the
@@ -100,7 +88,14 @@ func (c *Compact[T]) Len() int { return len(c.raw) }
 // never has.
 func (c *Compact[T]) Object() (T, error) {
 	obj := c.newT()
-	if err := obj.Unmarshal(c.raw); err != nil {
+	buf := bufs.Get().(*[]byte)
+	b := c.enc.appendTo((*buf)[:0])
+	err := obj.Unmarshal(b)
+	if cap(b) <= maxPooled {
+		*buf = b[:0]
+		bufs.Put(buf)
+	}
+	if err != nil {
 		var zero T
 		return zero, fmt.Errorf("k8s: decode %s: %w", c.key, err)
 	}
@@ -113,16 +108,44 @@ func (c *Compact[T]) Object() (T, error) {
 // func() *corev1.Pod { return new(corev1.Pod) }. An object that cannot
 // be encoded, or that transform fails on, is reported as an
 // *mirror.ObjectError and skipped.
+//
+// If lw is an EncodedListWatcher and transform is nil, each object's
+// encoding is kept as it arrived: no object is decoded, and none encoded
+// again. An encoding that is not protobuf, or that has no metadata, is
+// reported as an *mirror.ObjectError and skipped; one that is protobuf
+// but not a T is kept, and Compact.Object reports it.
 func CompactListWatcher[T ProtoObject](lw source.ListWatcher[T], newT func() T, transform mirror.TransformFunc[T]) source.ListWatcher[*Compact[T]] {
-	return &compactLW[T]{lw: lw, newT: newT, transform: transform}
+	c := &compactLW[T]{lw: lw, newT: newT, transform: transform, chunks: newChunker()}
+	if e, ok := lw.(EncodedListWatcher); ok && transform == nil {
+		c.encoded = e
+	}
+	return c
+}
+
+// EncodedListWatcher is implemented by a source.ListWatcher that can also
+// list and watch its objects as their protobuf encodings, each one
+// object's as the server sent it (application/vnd.kubernetes.protobuf),
+// without the envelope around it. It follows the contract of
+// source.ListWatcher, but for the type of its items, and every encoding
+// must be of the type the ListWatcher lists. An item's bytes may share
+// memory with the page or event they came in; CompactListWatcher
+// modifies none and keeps none, copying what it holds.
+type EncodedListWatcher interface {
+	// ListEncoded is List with each item as its encoding.
+	ListEncoded(ctx context.Context, opts source.ListOptions) (source.ListResult[[]byte], error)
+	// WatchEncoded is Watch with each event's object as its encoding.
+	WatchEncoded(ctx context.Context, opts source.WatchOptions) (source.Watcher[[]byte], error)
 }
 
 type compactLW[T ProtoObject] struct {
 	lw        source.ListWatcher[T]
+	encoded   EncodedListWatcher // lw, if it is one and there is no transform
 	newT      func() T
 	transform mirror.TransformFunc[T]
+	chunks    *chunker
 }
 
+// compact makes the Compact of a decoded object.
 func (c *compactLW[T]) compact(obj T) (_ *Compact[T], err error) {
 	key := Key{Namespace: obj.GetNamespace(), Name: obj.GetName()}
 	defer func() {
@@ -135,12 +158,119 @@ func (c *compactLW[T]) compact(obj T) (_ *Compact[T], err error) {
 			return nil, err
 		}
 	}
-	raw, err := obj.Marshal()
+	raw, buf, err := marshal(obj)
 	if err != nil {
 		return nil, fmt.Errorf("k8s: encode: %w", err)
 	}
-	return &Compact[T]{key: key, rv: obj.GetResourceVersion(), uid: obj.GetUID(),
-		labels: newPairs(obj.GetLabels()), raw: raw, newT: c.newT}, nil
+	cobj, err := c.fromEncoding(raw, false)
+	if buf != nil {
+		bufs.Put(buf)
+	}
+	if err != nil {
+		return nil, err
+	}
+	// Marshal writes the metadata where fromEncoding reads it; should a
+	// type hold it elsewhere, its accessors have the last word.
+	if cobj.key.Name != obj.GetName() || cobj.key.Namespace != obj.GetNamespace() {
+		cobj.key = Key{Namespace: unique.Make(obj.GetNamespace()).Value(), Name: strings.Clone(obj.GetName())}
+	}
+	if cobj.rv != obj.GetResourceVersion() {
+		cobj.rv = obj.GetResourceVersion()
+	}
+	if cobj.uid != obj.GetUID() {
+		cobj.uid = obj.GetUID()
+	}
+	if cobj.labels.len() != len(obj.GetLabels()) {
+		cobj.labels = encodeLabels(obj.GetLabels())
+	}
+	return cobj, nil
+}
+
+// sizedMarshaler is what the generated protobuf code of every type of
+// k8s.io/api has besides Marshal: it encodes into a buffer of the caller.
+type sizedMarshaler interface {
+	Size() int
+	MarshalToSizedBuffer(b []byte) (int, error)
+}
+
+// bufs holds buffers for encodings on their way: marshalled before they
+// are cut, put together before they are decoded.
+var bufs = sync.Pool{New: func() any { return new([]byte) }}
+
+// marshal encodes obj, into a buffer of bufs if obj can, which
+// the caller puts back once done with the encoding.
+func marshal[T ProtoObject](obj T) (raw []byte, buf *[]byte, err error) {
+	m, ok := any(obj).(sizedMarshaler)
+	if !ok {
+		raw, err = obj.Marshal()
+		return raw, nil, err
+	}
+	size := m.Size()
+	if size > maxPooled {
+		raw, err = obj.Marshal()
+		return raw, nil, err
+	}
+	buf = bufs.Get().(*[]byte)
+	if cap(*buf) < size {
+		*buf = make([]byte, size, max(size, 8<<10))
+	}
+	b := (*buf)[:size]
+	n, err := m.MarshalToSizedBuffer(b)
+	if err != nil {
+		bufs.Put(buf)
+		return nil, nil, err
+	}
+	return b[size-n:], buf, nil
+}
+
+// compactEncoded makes the Compact of an object's encoding as it arrived.
+func (c *compactLW[T]) compactEncoded(raw []byte) (*Compact[T], error) {
+	cobj, err := c.fromEncoding(raw, true)
+	if err != nil {
+		var zero T
+		return nil, &mirror.ObjectError{Err: fmt.Errorf("k8s: %d bytes of %T: %w", len(raw), zero, err)}
+	}
+	return cobj, nil
+}
+
+var (
+	errNotProtobuf = errors.New("not a protobuf encoding")
+	errNoMetadata  = errors.New("no object metadata in the encoding")
+)
+
+// fromEncoding makes a Compact of the encoding raw, which it does not
+// keep. Its key, version, UID and labels are read from the metadata in
+// raw; if there is none, it fails if needMeta is set, and leaves them
+// empty otherwise.
+func (c *compactLW[T]) fromEncoding(raw []byte, needMeta bool) (*Compact[T], error) {
+	spans, ok := metaSpans(raw)
+	if !ok {
+		if needMeta {
+			return nil, errNoMetadata
+		}
+		spans = [5][2]int{}
+	}
+	enc, k, ok := c.chunks.encode(raw)
+	if !ok {
+		return nil, errNotProtobuf
+	}
+	defer k.release()
+	segs := k.segs
+	str := func(i int) string {
+		s, found := enc.locate(segs, spans[i][0], spans[i][1])
+		if !found {
+			s = string(raw[spans[i][0]:spans[i][1]])
+		}
+		return s
+	}
+	span := func(i int) []byte { return raw[spans[i][0]:spans[i][1]] }
+	return &Compact[T]{enc: enc, newT: c.newT,
+		// The key is the store's map key, kept as long as the object
+		// is cached, across updates: it must not hold on to one
+		// version's encoding. Namespaces are few and interned.
+		key: Key{Namespace: unique.Make(string(span(metaNamespace))).Value(), Name: string(span(metaName))},
+		rv:  str(metaRV), uid: types.UID(str(metaUID)), labels: protoLabels(str(metaLabels)),
+	}, nil
 }
 
 // PrefersStreamingList passes on lw's preference, if it has one.
@@ -150,16 +280,27 @@ func (c *compactLW[T]) PrefersStreamingList() bool {
 }
 
 func (c *compactLW[T]) List(ctx context.Context, opts source.ListOptions) (source.ListResult[*Compact[T]], error) {
+	if c.encoded != nil {
+		res, err := c.encoded.ListEncoded(ctx, opts)
+		return compactList(c, res, err, c.compactEncoded)
+	}
 	res, err := c.lw.List(ctx, opts)
+	return compactList(c, res, err, c.compact)
+}
+
+// compactList makes a page of Compacts of a page of objects or
+// encodings.
+func compactList[T ProtoObject, In any](c *compactLW[T], res source.ListResult[In], err error, compact func(In) (*Compact[T], error)) (source.ListResult[*Compact[T]], error) {
 	out := source.ListResult[*Compact[T]]{ResourceVersion: res.ResourceVersion, Continue: res.Continue, Skipped: res.Skipped}
 	if err != nil {
 		return out, err
 	}
+	c.chunks.reserve(len(res.Items))
 	out.Items = make([]*Compact[T], 0, len(res.Items))
-	var zero T
+	var zero In
 	for i, obj := range res.Items {
 		res.Items[i] = zero // the decoded object goes once encoded
-		cobj, err := c.compact(obj)
+		cobj, err := compact(obj)
 		if err != nil {
 			out.Skipped = append(out.Skipped, err)
 			continue
@@ -170,26 +311,33 @@ func (c *compactLW[T]) List(ctx context.Context, opts source.ListOptions) (sourc
 }
 
 func (c *compactLW[T]) Watch(ctx context.Context, opts source.WatchOptions) (source.Watcher[*Compact[T]], error) {
+	if c.encoded != nil {
+		w, err := c.encoded.WatchEncoded(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		return &compactWatcher[T, []byte]{w: w, compact: c.compactEncoded}, nil
+	}
 	w, err := c.lw.Watch(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
-	return &compactWatcher[T]{w: w, c: c}, nil
+	return &compactWatcher[T, T]{w: w, compact: c.compact}, nil
 }
 
-type compactWatcher[T ProtoObject] struct {
-	w source.Watcher[T]
-	c *compactLW[T]
+type compactWatcher[T ProtoObject, In any] struct {
+	w       source.Watcher[In]
+	compact func(In) (*Compact[T], error)
 }
 
-func (w *compactWatcher[T]) Next(ctx context.Context) (source.Event[*Compact[T]], error) {
+func (w *compactWatcher[T, In]) Next(ctx context.Context) (source.Event[*Compact[T]], error) {
 	ev, err := w.w.Next(ctx)
 	out := source.Event[*Compact[T]]{Type: ev.Type, ResourceVersion: ev.ResourceVersion,
 		InitialEventsEnd: ev.InitialEventsEnd, KeyOnly: ev.KeyOnly, Err: ev.Err}
 	if err != nil || ev.Type == source.Bookmark || ev.Type == source.Error {
 		return out, err
 	}
-	cobj, cerr := w.c.compact(ev.Object)
+	cobj, cerr := w.compact(ev.Object)
 	if cerr != nil {
 		// Reported, and the stream goes on, as for an object the
 		// client could not decode.
@@ -200,7 +348,7 @@ func (w *compactWatcher[T]) Next(ctx context.Context) (source.Event[*Compact[T]]
 	return out, nil
 }
 
-func (w *compactWatcher[T]) Stop() { w.w.Stop() }
+func (w *compactWatcher[T, In]) Stop() { w.w.Stop() }
 
 // NewCompactInformer returns an informer of Compact objects, wired as
 // NewInformer wires one of T: keyed by namespace and name, indexed by
@@ -233,9 +381,10 @@ func NewCompactInformer[T ProtoObject](lw source.ListWatcher[*Compact[T]], opts 
 // IndexCompactByLabels indexes a Compact object under each of its labels,
 // as "key=value", as IndexByLabels does a decoded one. It never fails.
 func IndexCompactByLabels[T ProtoObject](c *Compact[T]) ([]string, error) {
-	vals := make([]string, 0, len(c.labels)/2)
-	for i := 0; i+1 < len(c.labels); i += 2 {
-		vals = append(vals, c.labels[i]+"="+c.labels[i+1])
-	}
+	var vals []string
+	c.labels.each(func(k, v string) bool {
+		vals = append(vals, k+"="+v)
+		return true
+	})
 	return vals, nil
 }

@@ -1,0 +1,468 @@
+package k8s
+
+import (
+	"hash/maphash"
+	"math/bits"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"unique"
+	"unsafe"
+
+	"google.golang.org/protobuf/encoding/protowire"
+)
+
+// A compact object is its protobuf encoding cut into literal bytes, its
+// own, and chunks shared with other objects. Objects made from one
+// template (the Pods of a ReplicaSet, the Pods of a DaemonSet, objects
+// with the same labels, owner, tolerations or containers) repeat most of
+// their encoding; each repeated run of fields is held once, interned by
+// the unique package, and an object refers to it. Interned chunks go when
+// no object refers to them any more.
+//
+// The cut needs no schema. It walks the encoding's fields as protobuf
+// wire format, groups a message's consecutive fields of one number (a
+// repeated field, a map) into a run, and for each run of at least
+// minChunk bytes asks a table of the runs seen so far: a run seen before
+// is shared, one seen first is remembered and, if it is one field, walked
+// into as a message, down to maxDepth levels. A field that is a string
+// rather than a message either fails to parse and stays literal, or
+// parses and is cut like a message: the bytes put back together are the
+// same either way, so a wrong guess costs sharing, never correctness.
+// The first object of a template holds its runs as literals and marks
+// them seen; the second and later share them. The table is direct
+// mapped and keeps the 64-bit hash of each run: a run whose slot another
+// took is held as a literal once more and remembered again.
+
+const (
+	// minChunk is the size below which a run stays literal: a reference
+	// costs 16 bytes and a lookup.
+	minChunk = 32
+	// maxDepth is how many levels of messages the cut walks into.
+	maxDepth = 4
+	// minSlots and maxSlots bound the table of runs seen.
+	minSlots = 1 << 10
+	maxSlots = 1 << 18
+)
+
+// chunker cuts encodings into literal and shared runs. It is safe for
+// concurrent use: the table's slots are atomic, and a slot lost to a race
+// only costs a run its sharing once.
+type chunker struct {
+	seed maphash.Seed
+	seen atomic.Pointer[[]atomic.Uint64]
+}
+
+func newChunker() *chunker {
+	c := &chunker{seed: maphash.MakeSeed()}
+	t := make([]atomic.Uint64, minSlots)
+	c.seen.Store(&t)
+	return c
+}
+
+// reserve grows the table for about n objects, keeping what it has seen.
+func (c *chunker) reserve(n int) {
+	want := minSlots
+	if n > 0 {
+		want = max(minSlots, min(maxSlots, 1<<bits.Len(uint(4*n-1))))
+	}
+	old := c.seen.Load()
+	if len(*old) >= want {
+		return
+	}
+	t := make([]atomic.Uint64, want)
+	for i := range *old {
+		if h := (*old)[i].Load(); h != 0 {
+			t[h&uint64(want-1)].Store(h)
+		}
+	}
+	c.seen.CompareAndSwap(old, &t)
+}
+
+// seenBefore reports whether a run of hash h was seen before, and
+// remembers it.
+func (c *chunker) seenBefore(h uint64) bool {
+	if h == 0 {
+		h = 1 // 0 marks an empty slot
+	}
+	t := *c.seen.Load()
+	s := &t[h&uint64(len(t)-1)]
+	if s.Load() == h {
+		return true
+	}
+	s.Store(h)
+	return false
+}
+
+// ref is a shared chunk, put back at offset at of an object's literal
+// bytes.
+type ref struct {
+	at    int32
+	chunk unique.Handle[string]
+}
+
+// encoding is an object's protobuf encoding, cut.
+type encoding struct {
+	lit  string
+	refs []ref
+}
+
+// len returns the length of the encoding.
+func (e *encoding) len() int {
+	n := len(e.lit)
+	for _, r := range e.refs {
+		n += len(r.chunk.Value())
+	}
+	return n
+}
+
+// bytes puts the encoding back together, into a new slice.
+func (e *encoding) bytes() []byte { return e.appendTo(make([]byte, 0, e.len())) }
+
+// appendTo appends the encoding, put back together, to b.
+func (e *encoding) appendTo(b []byte) []byte {
+	b = slices.Grow(b, e.len())
+	at := 0
+	for _, r := range e.refs {
+		b = append(b, e.lit[at:r.at]...)
+		b = append(b, r.chunk.Value()...)
+		at = int(r.at)
+	}
+	return append(b, e.lit[at:]...)
+}
+
+// segment is a piece of the encoding being cut: bytes [start, end) of
+// the whole, held literally at lit, or by refs[ref] if ref >= 0.
+type segment struct {
+	start, end, lit, ref int
+}
+
+// cut is the state of one encoding being cut. Its buffers are reused,
+// from cuts, for the next encoding.
+type cut struct {
+	c    *chunker
+	raw  []byte
+	lit  []byte
+	refs []ref
+	segs []segment
+}
+
+var cuts = sync.Pool{New: func() any { return new(cut) }}
+
+// maxPooled is the largest literal buffer a cut keeps for reuse.
+const maxPooled = 64 << 10
+
+// encode cuts raw. It returns the cut, whose segments (k.segs) tell where
+// each byte of raw went, and which the caller must release; ok is false
+// if raw is not a protobuf message.
+func (c *chunker) encode(raw []byte) (_ encoding, k *cut, ok bool) {
+	k = cuts.Get().(*cut)
+	k.c, k.raw = c, raw
+	if !k.fields(0, len(raw), 0) {
+		k.release()
+		return encoding{}, nil, false
+	}
+	// What is kept is allocated at its size: the literal bytes and the
+	// references.
+	enc := encoding{lit: string(k.lit)}
+	if len(k.refs) > 0 {
+		enc.refs = slices.Clone(k.refs)
+	}
+	return enc, k, true
+}
+
+// release returns k to the pool.
+func (k *cut) release() {
+	if cap(k.lit) > maxPooled {
+		k.lit = nil
+	}
+	clear(k.refs) // the handles keep chunks alive
+	k.c, k.raw, k.lit, k.refs, k.segs = nil, nil, k.lit[:0], k.refs[:0], k.segs[:0]
+	cuts.Put(k)
+}
+
+// literal appends raw[start:end] to the literal bytes.
+func (k *cut) literal(start, end int) {
+	if start == end {
+		return
+	}
+	if n := len(k.segs); n > 0 && k.segs[n-1].ref < 0 && k.segs[n-1].end == start {
+		k.segs[n-1].end = end
+	} else {
+		k.segs = append(k.segs, segment{start: start, end: end, lit: len(k.lit), ref: -1})
+	}
+	k.lit = append(k.lit, k.raw[start:end]...)
+}
+
+// shared refers to raw[start:end] as a shared chunk.
+func (k *cut) shared(start, end int) {
+	b := k.raw[start:end]
+	// unique.Make copies a string it has not seen before, so the string
+	// may share raw's memory for the lookup.
+	h := unique.Make(unsafe.String(&b[0], len(b)))
+	k.segs = append(k.segs, segment{start: start, end: end, lit: len(k.lit), ref: len(k.refs)})
+	k.refs = append(k.refs, ref{at: int32(len(k.lit)), chunk: h})
+}
+
+// fields cuts the message raw[start:end], whose fields are depth levels
+// down. It reports false if raw[start:end] is not a message; the caller
+// then holds it as a literal.
+func (k *cut) fields(start, end, depth int) bool {
+	for i := start; i < end; {
+		num, typ, n := protowire.ConsumeField(k.raw[i:end])
+		if n < 0 {
+			return false
+		}
+		j := i + n
+		if typ != protowire.BytesType {
+			k.literal(i, j)
+			i = j
+			continue
+		}
+		count := 1
+		for j < end {
+			num2, typ2, n2 := protowire.ConsumeField(k.raw[j:end])
+			if n2 < 0 || num2 != num || typ2 != protowire.BytesType {
+				break
+			}
+			j += n2
+			count++
+		}
+		k.run(i, j, count, depth)
+		i = j
+	}
+	return true
+}
+
+// run cuts a run of count length-delimited fields of one number.
+func (k *cut) run(start, end, count, depth int) {
+	if end-start < minChunk {
+		k.literal(start, end)
+		return
+	}
+	if k.c.seenBefore(maphash.Bytes(k.c.seed, k.raw[start:end])) {
+		k.shared(start, end)
+		return
+	}
+	if count > 1 {
+		// The run is new; its fields may not be.
+		for i := start; i < end; {
+			_, _, n := protowire.ConsumeField(k.raw[i:end])
+			k.run(i, i+n, 1, depth)
+			i += n
+		}
+		return
+	}
+	if depth < maxDepth {
+		body, _ := value(k.raw, start)
+		lit, refs, segs := len(k.lit), len(k.refs), len(k.segs)
+		k.literal(start, body)
+		if k.fields(body, end, depth+1) {
+			return
+		}
+		// Not a message: undo what the attempt appended.
+		k.lit, k.refs, k.segs = k.lit[:lit], k.refs[:refs], k.segs[:segs]
+		if n := len(k.segs); n > 0 && k.segs[n-1].ref < 0 && k.segs[n-1].end > start {
+			k.segs[n-1].end = start
+		}
+	}
+	k.literal(start, end)
+}
+
+// locate returns bytes [start, end) of the encoding cut into segs as a
+// string that shares e's memory, or ok false if they straddle segments.
+func (e *encoding) locate(segs []segment, start, end int) (s string, ok bool) {
+	if start == end {
+		return "", true
+	}
+	for _, g := range segs {
+		if start < g.start || end > g.end {
+			continue
+		}
+		if g.ref < 0 {
+			off := g.lit + start - g.start
+			return e.lit[off : off+end-start], true
+		}
+		v := e.refs[g.ref].chunk.Value()
+		return v[start-g.start : end-g.start], true
+	}
+	return "", false
+}
+
+// The spans metaSpans finds.
+const (
+	metaName = iota
+	metaNamespace
+	metaUID
+	metaRV
+	metaLabels
+)
+
+// metaSpans finds, in the encoding of a Kubernetes object, the bytes of
+// its metadata's name, namespace, UID and resource version values and of
+// its run of label entries. Every type of k8s.io/api (and
+// PartialObjectMetadata) holds its ObjectMeta in field 1, which holds
+// them in fields 1, 3, 5, 6 and 11. ok is false if raw has no such
+// metadata; the caller checks the values against the object anyway.
+func metaSpans(raw []byte) (spans [5][2]int, ok bool) {
+	meta, at := fieldBytes(raw, 1)
+	if at < 0 {
+		return spans, false
+	}
+	inLabels := false
+	for i := 0; i < len(meta); {
+		num, typ, n := protowire.ConsumeField(meta[i:])
+		if n < 0 {
+			return spans, false
+		}
+		if num == 11 && typ == protowire.BytesType {
+			if !inLabels {
+				if spans[metaLabels][1] != 0 {
+					return spans, false // two runs of labels
+				}
+				spans[metaLabels][0] = at + i
+			}
+			spans[metaLabels][1] = at + i + n
+			inLabels = true
+			i += n
+			continue
+		}
+		inLabels = false
+		if typ == protowire.BytesType {
+			idx := -1
+			switch num {
+			case 1:
+				idx = metaName
+			case 3:
+				idx = metaNamespace
+			case 5:
+				idx = metaUID
+			case 6:
+				idx = metaRV
+			}
+			if idx >= 0 {
+				s, e := value(meta, i)
+				spans[idx] = [2]int{at + s, at + e}
+			}
+		}
+		i += n
+	}
+	return spans, true
+}
+
+// value returns where the value of the length-delimited field at b[i:]
+// starts and ends in b. The field must have been consumed whole before.
+func value(b []byte, i int) (start, end int) {
+	_, _, tagLen := protowire.ConsumeTag(b[i:])
+	v, n := protowire.ConsumeBytes(b[i+tagLen:])
+	end = i + tagLen + n
+	return end - len(v), end
+}
+
+// fieldBytes returns the value of the first length-delimited field num of
+// the message raw, and its offset in raw, or -1 if there is none.
+func fieldBytes(raw []byte, num protowire.Number) ([]byte, int) {
+	for i := 0; i < len(raw); {
+		n2, typ, n := protowire.ConsumeField(raw[i:])
+		if n < 0 {
+			return nil, -1
+		}
+		if n2 == num && typ == protowire.BytesType {
+			s, e := value(raw, i)
+			return raw[s:e], s
+		}
+		i += n
+	}
+	return nil, -1
+}
+
+// protoLabels is a run of label entries as ObjectMeta's encoding holds
+// them: field 11, each an entry of a key (field 1) and a value (field 2).
+// It implements labels.Labels without decoding them into a map.
+type protoLabels string
+
+// encodeLabels encodes m as a run of label entries, in no set order.
+func encodeLabels(m map[string]string) protoLabels {
+	if len(m) == 0 {
+		return ""
+	}
+	var b []byte
+	for k, v := range m {
+		entry := protowire.SizeTag(1) + protowire.SizeBytes(len(k)) + protowire.SizeTag(2) + protowire.SizeBytes(len(v))
+		b = protowire.AppendTag(b, 11, protowire.BytesType)
+		b = protowire.AppendVarint(b, uint64(entry))
+		b = protowire.AppendTag(b, 1, protowire.BytesType)
+		b = protowire.AppendString(b, k)
+		b = protowire.AppendTag(b, 2, protowire.BytesType)
+		b = protowire.AppendString(b, v)
+	}
+	return protoLabels(b)
+}
+
+// each calls f with each label until f returns false.
+func (l protoLabels) each(f func(key, value string) bool) {
+	b := unsafe.Slice(unsafe.StringData(string(l)), len(l))
+	for i := 0; i < len(b); {
+		num, typ, n := protowire.ConsumeField(b[i:])
+		if n < 0 {
+			return
+		}
+		if num != 11 || typ != protowire.BytesType {
+			i += n
+			continue
+		}
+		base, end := value(b, i)
+		entry := b[base:end]
+		var key, val string
+		for j := 0; j < len(entry); {
+			f, t, m := protowire.ConsumeField(entry[j:])
+			if m < 0 {
+				return
+			}
+			if t == protowire.BytesType && (f == 1 || f == 2) {
+				s, e := value(entry, j)
+				if f == 1 {
+					key = string(l[base+s : base+e])
+				} else {
+					val = string(l[base+s : base+e])
+				}
+			}
+			j += m
+		}
+		if !f(key, val) {
+			return
+		}
+		i += n
+	}
+}
+
+// Lookup returns the value of the label key and whether there is one.
+func (l protoLabels) Lookup(key string) (value string, ok bool) {
+	l.each(func(k, v string) bool {
+		if k == key {
+			value, ok = v, true
+			return false
+		}
+		return true
+	})
+	return value, ok
+}
+
+// Has reports whether there is a label key.
+func (l protoLabels) Has(key string) bool {
+	_, ok := l.Lookup(key)
+	return ok
+}
+
+// Get returns the value of the label key, or "".
+func (l protoLabels) Get(key string) string {
+	v, _ := l.Lookup(key)
+	return v
+}
+
+// len returns the number of labels.
+func (l protoLabels) len() int {
+	n := 0
+	l.each(func(string, string) bool { n++; return true })
+	return n
+}
