@@ -35,6 +35,18 @@ type proxied struct {
 	client  *clientv3.Client // through the proxy
 }
 
+// awaitMembersAt waits until every member has applied revision rev.
+func (p *proxied) awaitMembersAt(t *testing.T, rev int64) {
+	t.Helper()
+	for _, m := range p.members {
+		c := newClient(t, m.endpoint())
+		require.Eventually(t, func() bool {
+			resp, err := c.Get(context.Background(), "/", clientv3.WithSerializable(), clientv3.WithCountOnly())
+			return err == nil && resp.Header.Revision >= rev
+		}, time.Minute, 10*time.Millisecond, "member behind %s never applied revision %d", m.endpoint(), rev)
+	}
+}
+
 func startProxied(t *testing.T, progressNotify time.Duration) *proxied {
 	cl := startProcClusterWith(t, 3, progressNotify)
 	p := &proxied{}
@@ -60,7 +72,10 @@ func TestGRPCProxy_MirrorListsWatchesDetectsSilenceAndConverges(t *testing.T) {
 	p := startProxied(t, proxyProgressNotify)
 	ctx := context.Background()
 	const prefix = "/gp/"
-	putN(t, p.direct, prefix, 1200)
+	rev := putN(t, p.direct, prefix, 1200)
+	// The proxy reads from any member: wait until each has applied the
+	// puts, so that the first list holds them all.
+	p.awaitMembersAt(t, rev)
 
 	lw := etcdmirror.New(p.client, prefix, proxyOptions)
 	inf, handlers, log := startInformer(t, lw, 1)
