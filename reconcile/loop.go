@@ -281,11 +281,7 @@ func (l *Loop[K]) process(ctx, rctx context.Context, key K) *Error[K] {
 	if rctx.Err() != nil && errors.Is(err, rctx.Err()) && l.sh != nil {
 		// The member stopped the work: its shard is leaving, or its
 		// lease could not be renewed in time, and may yet be.
-		if l.sh.owns(key) {
-			l.q.AddAfter(key, l.sh.m.Options().RetryPeriod)
-		} else {
-			l.forget(key)
-		}
+		l.letGo(key, l.sh.hash(key))
 		return nil
 	}
 	e := &Error[K]{Loop: l.opts.Name, Key: key, Err: err, Retries: l.q.NumRequeues(key)}

@@ -17,17 +17,15 @@ type sharding[K comparable] struct {
 	n    int
 	wake chan struct{}
 
-	mu       sync.Mutex
-	gained   map[int]bool         // shards gained, their keys not yet queued
-	parked   map[int]map[K]parked // deletions seen in shards not held
+	mu     sync.Mutex
+	gained map[int]bool // shards gained, their keys not yet queued
+	// parked are the deletions seen in shards not held, and when: if a
+	// shard comes to this member soon after, its keys are reconciled, as
+	// their holder may have fallen before it did.
+	parked   map[int]map[K]time.Time
 	pruned   time.Time
 	parkedOf time.Duration
 }
-
-// parked is a deletion of a key in a shard the member did not hold: if
-// the shard comes to it soon after, the key is reconciled, as its holder
-// may have fallen before it did.
-type parked struct{ at time.Time }
 
 func newSharding[K comparable](opts Options) *sharding[K] {
 	if opts.Shards == nil {
@@ -40,7 +38,7 @@ func newSharding[K comparable](opts Options) *sharding[K] {
 		n:        mo.Shards,
 		wake:     make(chan struct{}, 1),
 		gained:   map[int]bool{},
-		parked:   map[int]map[K]parked{},
+		parked:   map[int]map[K]time.Time{},
 		parkedOf: 2 * mo.TTL,
 	}
 	if sh.hash == nil {
@@ -72,8 +70,8 @@ func (sh *sharding[K]) park(key K) {
 	if now.Sub(sh.pruned) >= sh.parkedOf/2 {
 		sh.pruned = now
 		for s, keys := range sh.parked {
-			for k, p := range keys {
-				if now.Sub(p.at) > sh.parkedOf {
+			for k, at := range keys {
+				if now.Sub(at) > sh.parkedOf {
 					delete(keys, k)
 				}
 			}
@@ -83,9 +81,9 @@ func (sh *sharding[K]) park(key K) {
 		}
 	}
 	if sh.parked[s] == nil {
-		sh.parked[s] = map[K]parked{}
+		sh.parked[s] = map[K]time.Time{}
 	}
-	sh.parked[s][key] = parked{at: now}
+	sh.parked[s][key] = now
 }
 
 // gain records shards the member gained, for fill to queue their keys.
@@ -147,11 +145,19 @@ func (l *Loop[K]) hold(ctx context.Context, key K) (context.Context, func(), boo
 	if ok {
 		return gctx, done, true
 	}
+	l.letGo(key, h)
+	l.q.Done(key)
+	return nil, nil, false
+}
+
+// letGo lets go of key, of hash h, whose work the member did not grant or
+// stopped: it is queued again after the member's RetryPeriod if the member
+// still holds its shard (its lease may yet be renewed), forgotten if not,
+// the new holder's to reconcile.
+func (l *Loop[K]) letGo(key K, h uint64) {
 	if l.sh.m.Owns(h) {
 		l.q.AddAfter(key, l.sh.m.Options().RetryPeriod)
 	} else {
 		l.forget(key)
 	}
-	l.q.Done(key)
-	return nil, nil, false
 }
