@@ -48,12 +48,15 @@ func main() {
 	dir := flag.String("dir", "", "directory of etcd's data and the token file")
 	out := flag.String("out", "", "file to write the server's address and token to, once ready")
 	load := flag.String("load", "", "file of records to put into etcd before the server starts")
+	logs := flag.Bool("logs", false, "write the server's warnings and errors to stderr (to diagnose a benchmark)")
 	flag.Parse()
 	if *dir == "" || *out == "" {
 		fmt.Fprintln(os.Stderr, "benchapiserver: -dir and -out are required")
 		os.Exit(2)
 	}
-	quietKlog()
+	if !*logs {
+		quietKlog()
+	}
 	tb := &mainTB{}
 	code := 0
 	if err := run(tb, *dir, *out, *load); err != nil {
