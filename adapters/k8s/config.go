@@ -1,7 +1,6 @@
 package k8s
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -50,6 +49,16 @@ type protoUnmarshaler interface {
 //     on in the order they came; the items of a list page likewise.
 //   - With Options.StripManagedFields, managedFields are dropped from the
 //     protobuf as an object is decoded, never held in memory.
+//   - An informer lists by pages (PrefersStreamingList is false), and
+//     once a page's continue token is read the next page is asked for,
+//     so that the server encodes it while this one is decoded. Since
+//     Kubernetes 1.34 a paged list, consistent or not, is served from
+//     the watch cache's snapshots (KEP-4988), for a fraction of the
+//     server's CPU that a streaming list costs it (the server copies
+//     every object of a streaming list and compresses the stream event
+//     by event); an older server reads a consistent paged list from
+//     etcd. To stream lists instead, set the informer's
+//     ListWatch.StreamingList.
 //
 // An object that cannot be decoded is reported as an *mirror.ObjectError
 // and skipped; a watch stream that cannot be read any further ends as
@@ -114,6 +123,7 @@ type wireClient[T Object] struct {
 	// proto is whether to ask for protobuf.
 	proto   bool
 	workers int
+	pages   pages // list pages read ahead, and their buffers
 }
 
 // accept is the Accept header of c's requests.
@@ -127,54 +137,6 @@ func (c *wireClient[T]) accept() string {
 func (c *wireClient[T]) request(o metav1.ListOptions) *rest.Request {
 	return c.rc.Get().NamespaceIfScoped(c.namespace, c.namespace != "").Resource(c.resource).
 		VersionedParams(&o, metav1.ParameterCodec).SetHeader("Accept", c.accept())
-}
-
-// page is one page of a list, decoded.
-type page[T any] struct {
-	meta    metav1.ListMeta
-	items   []T
-	skipped []error
-}
-
-// list gets and decodes one page.
-func (c *wireClient[T]) list(ctx context.Context, o metav1.ListOptions) (page[T], error) {
-	var p page[T]
-	var ct string
-	raw, err := c.request(o).Do(ctx).ContentType(&ct).Raw()
-	if err != nil {
-		return p, err
-	}
-	var items [][]byte
-	if msg, _, perr := unwrapObject(raw); perr == nil {
-		err = eachField(msg, func(f protoField) error {
-			switch {
-			case f.num == 1 && f.wire == 2:
-				return p.meta.Unmarshal(f.data)
-			case f.num == 2 && f.wire == 2:
-				items = append(items, f.data)
-			}
-			return nil
-		})
-		if err != nil {
-			return p, fmt.Errorf("decode a list: %w", err)
-		}
-		p.items, p.skipped = c.decodeItems(items, true, p.meta.ResourceVersion)
-		return p, nil
-	}
-	var l struct {
-		Metadata metav1.ListMeta   `json:"metadata"`
-		Items    []json.RawMessage `json:"items"`
-	}
-	if err := json.Unmarshal(raw, &l); err != nil {
-		return p, fmt.Errorf("decode a list of %d bytes (%s): %w", len(raw), ct, errJSON(err))
-	}
-	p.meta = l.Metadata
-	items = make([][]byte, len(l.Items))
-	for i, it := range l.Items {
-		items[i] = it
-	}
-	p.items, p.skipped = c.decodeItems(items, false, p.meta.ResourceVersion)
-	return p, nil
 }
 
 // decodeItems decodes a list's items, on up to c.workers goroutines.

@@ -15,9 +15,11 @@
 // object only if its resource version changed, and an object deleted and
 // created again unseen (a new UID) as a deletion then an addition.
 //
-// An informer gets the objects by a streaming list (a watch with
-// sendInitialEvents) by default, as client-go's does since 1.35, unless
-// Options.NoStreamingList is set; a server that refuses them makes Watch
+// An informer of New, NewDynamic or FromListerWatcher gets the objects by
+// a streaming list (a watch with sendInitialEvents) by default, as
+// client-go's does since 1.35, unless Options.NoStreamingList is set; one
+// of NewForConfig lists by pages (see NewForConfig). A server that refuses
+// streaming lists makes Watch
 // fail with an error wrapping errors.ErrUnsupported, so the Reflector
 // falls back to List. Lists are paged with limit and continue; a list at
 // a resource version asks for a state not older than that version.
@@ -97,7 +99,8 @@ type Options struct {
 
 	// NoStreamingList turns streaming lists off: the informer lists with
 	// paged List calls, as client-go's did before 1.35. By default the
-	// ListWatcher asks for streaming lists (see PrefersStreamingList);
+	// ListWatcher asks for streaming lists (see PrefersStreamingList),
+	// but for one of NewForConfig, which lists by pages regardless;
 	// a server that refuses them (before Kubernetes 1.27, or with the
 	// WatchList feature gate off) makes the informer list instead.
 	//
@@ -249,14 +252,15 @@ func joinSelectors(label, field string) string {
 
 // PrefersStreamingList reports whether lw wants the Reflector to get the
 // objects by a streaming list (a watch with sendInitialEvents) rather than
-// by paged lists: true unless Options.NoStreamingList is set or the client
-// said it cannot stream lists (see FromListerWatcher). It makes
+// by paged lists: true unless Options.NoStreamingList is set, the client
+// said it cannot stream lists (see FromListerWatcher), or lw is
+// NewForConfig's, which reads pages ahead instead. It makes
 // *ListWatcher[T] a source.StreamingListPreferrer, so an informer streams
 // its lists without ListWatchOptions.StreamingList, as client-go's
 // informers do since 1.35; a server that refuses them makes the informer
 // list instead, from then on.
 func (lw *ListWatcher[T]) PrefersStreamingList() bool {
-	return !lw.opts.NoStreamingList && !lw.cannotStream
+	return !lw.opts.NoStreamingList && !lw.cannotStream && lw.wire == nil
 }
 
 // listOptions returns the options every request of lw starts from.

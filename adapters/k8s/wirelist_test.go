@@ -1,0 +1,187 @@
+package k8s
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/listwatch/mirror/source"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+)
+
+// pagedServer serves a list of Pods a page of one at a time, the
+// continue token of page i being "c<i>". hold, if set, is called before a
+// continued page is answered.
+type pagedServer struct {
+	t    *testing.T
+	pods []*corev1.Pod
+	hold func(r *http.Request, token string)
+
+	mu       sync.Mutex
+	requests []string // the continue tokens asked for, "" for a first page
+	arrived  chan string
+}
+
+func (s *pagedServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	token := r.URL.Query().Get("continue")
+	s.mu.Lock()
+	s.requests = append(s.requests, token)
+	s.mu.Unlock()
+	if s.arrived != nil {
+		s.arrived <- token
+	}
+	if s.hold != nil && token != "" {
+		s.hold(r, token)
+	}
+	i := 0
+	if token != "" {
+		i = int(token[1] - '0')
+	}
+	list := &corev1.PodList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "PodList"},
+		ListMeta: metav1.ListMeta{ResourceVersion: "10"}, Items: []corev1.Pod{*s.pods[i]}}
+	if i+1 < len(s.pods) {
+		list.Continue = "c" + string(rune('0'+i+1))
+	}
+	w.Header().Set("Content-Type", contentProtobuf)
+	_, _ = w.Write(encodeProto(s.t, list))
+}
+
+// next returns the token of the next request to arrive. It fails the
+// test if none does: a request that was to be sent ahead was not.
+func (s *pagedServer) next(t *testing.T) string {
+	t.Helper()
+	select {
+	case token := <-s.arrived:
+		return token
+	case <-time.After(time.Minute):
+		t.Fatal("no request arrived")
+		return ""
+	}
+}
+
+func (s *pagedServer) asked() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.requests...)
+}
+
+func startPagedServer(t *testing.T, s *pagedServer) *ListWatcher[*corev1.Pod] {
+	s.t = t
+	srv := httptest.NewServer(s)
+	t.Cleanup(srv.Close)
+	return newPodsForConfig(t, &rest.Config{Host: srv.URL}, Options{})
+}
+
+func threePods() []*corev1.Pod {
+	return []*corev1.Pod{managedPod("a", "p0", "1"), managedPod("a", "p1", "2"), managedPod("a", "p2", "3")}
+}
+
+func TestNewForConfig_ListAsksForTheNextPageBeforeItIsAskedFor(t *testing.T) {
+	s := &pagedServer{pods: threePods(), arrived: make(chan string, 8)}
+	lw := startPagedServer(t, s)
+	ctx := context.Background()
+	var got []string
+	list := func(token string) string {
+		res, err := lw.List(ctx, source.ListOptions{Limit: 1, Continue: token})
+		require.NoError(t, err)
+		for _, p := range res.Items {
+			got = append(got, p.Name)
+		}
+		return res.Continue
+	}
+	c1 := list("")
+	c2 := list(c1)
+	require.Equal(t, "", s.next(t))
+	require.Equal(t, c1, s.next(t))
+	// The page after a continued one is asked for before List is
+	// called for it.
+	require.Equal(t, c2, s.next(t))
+	assert.Empty(t, list(c2))
+	assert.Equal(t, []string{"p0", "p1", "p2"}, got)
+	// Each page was asked for once: the one read ahead was used.
+	assert.Equal(t, []string{"", "c1", "c2"}, s.asked())
+}
+
+func TestNewForConfig_ListReadsNothingAheadOfAFirstPage(t *testing.T) {
+	s := &pagedServer{pods: threePods(), arrived: make(chan string, 8)}
+	lw := startPagedServer(t, s)
+	res, err := lw.List(context.Background(), source.ListOptions{Limit: 1})
+	require.NoError(t, err)
+	require.Equal(t, "c1", res.Continue)
+	lw.wire.pages.mu.Lock()
+	defer lw.wire.pages.mu.Unlock()
+	assert.Nil(t, lw.wire.pages.next, "a read-ahead was started after a first page")
+}
+
+// continueTwice lists the first page and the second, whose read-ahead of
+// the third has then been sent.
+func continueTwice(t *testing.T, ctx context.Context, lw *ListWatcher[*corev1.Pod], s *pagedServer) {
+	t.Helper()
+	res, err := lw.List(ctx, source.ListOptions{Limit: 1})
+	require.NoError(t, err)
+	_, err = lw.List(ctx, source.ListOptions{Limit: 1, Continue: res.Continue})
+	require.NoError(t, err)
+	require.Equal(t, "", s.next(t))
+	require.Equal(t, "c1", s.next(t))
+	require.Equal(t, "c2", s.next(t))
+}
+
+func TestNewForConfig_ListAsksAgainForAPageItReadAheadAndLost(t *testing.T) {
+	var failed sync.Once
+	s := &pagedServer{pods: threePods(), arrived: make(chan string, 8)}
+	s.hold = func(_ *http.Request, token string) {
+		if token == "c2" {
+			failed.Do(func() { panic(http.ErrAbortHandler) }) // the read-ahead's connection breaks
+		}
+	}
+	lw := startPagedServer(t, s)
+	ctx := context.Background()
+	continueTwice(t, ctx, lw, s)
+	res, err := lw.List(ctx, source.ListOptions{Limit: 1, Continue: "c2"})
+	require.NoError(t, err)
+	require.Len(t, res.Items, 1)
+	assert.Equal(t, "p2", res.Items[0].Name)
+	assert.Equal(t, []string{"", "c1", "c2", "c2"}, s.asked())
+}
+
+func TestNewForConfig_ListReadAheadEndsWithItsContext(t *testing.T) {
+	ended := make(chan struct{})
+	s := &pagedServer{pods: threePods(), arrived: make(chan string, 8)}
+	s.hold = func(r *http.Request, token string) {
+		if token == "c2" {
+			<-r.Context().Done() // answered only once the client gives up
+			close(ended)
+		}
+	}
+	lw := startPagedServer(t, s)
+	ctx, cancel := context.WithCancel(context.Background())
+	continueTwice(t, ctx, lw, s)
+	cancel()
+	<-ended // the read-ahead's request was given up with its context
+}
+
+func TestNewForConfig_ListDropsAReadAheadPageItIsNotAskedFor(t *testing.T) {
+	s := &pagedServer{pods: threePods(), arrived: make(chan string, 8)}
+	lw := startPagedServer(t, s)
+	ctx := context.Background()
+	continueTwice(t, ctx, lw, s)
+	// A new list from the start, not the continuation: the page read
+	// ahead is not what it asks for.
+	res, err := lw.List(ctx, source.ListOptions{Limit: 1})
+	require.NoError(t, err)
+	require.Len(t, res.Items, 1)
+	assert.Equal(t, "p0", res.Items[0].Name)
+	assert.Equal(t, "", s.next(t))
+}
+
+func TestNewForConfig_InformerListsByPages(t *testing.T) {
+	lw := newPodsForConfig(t, &rest.Config{Host: "http://127.0.0.1:1"}, Options{})
+	assert.False(t, lw.PrefersStreamingList())
+}
