@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"github.com/listwatch/mirror"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -112,8 +113,11 @@ type wireClient[T Object] struct {
 	resource  string
 	strip     bool
 	// proto is whether to ask for protobuf.
-	proto   bool
-	workers int
+	proto bool
+	// servesJSON is set once the server answered a request for protobuf
+	// with JSON: it does not serve the resource as protobuf.
+	servesJSON atomic.Bool
+	workers    int
 }
 
 // accept is the Accept header of c's requests.
@@ -139,27 +143,52 @@ type page[T any] struct {
 // list gets and decodes one page.
 func (c *wireClient[T]) list(ctx context.Context, o metav1.ListOptions) (page[T], error) {
 	var p page[T]
+	raw, err := c.listRaw(ctx, o, false)
+	if err != nil {
+		return p, err
+	}
+	p.meta = raw.meta
+	p.items, p.skipped = c.decodeItems(raw.items, raw.proto, p.meta.ResourceVersion)
+	return p, nil
+}
+
+// rawPage is one page of a list, its items undecoded: each one's
+// protobuf message or JSON, in the page's memory.
+type rawPage struct {
+	meta  metav1.ListMeta
+	items [][]byte
+	proto bool
+}
+
+// listRaw gets one page and splits it into its items. With protoOnly, a
+// page the server answered in JSON is not split: listRaw fails with an
+// error wrapping ErrNotEncoded.
+func (c *wireClient[T]) listRaw(ctx context.Context, o metav1.ListOptions, protoOnly bool) (rawPage, error) {
+	var p rawPage
 	var ct string
 	raw, err := c.request(o).Do(ctx).ContentType(&ct).Raw()
 	if err != nil {
 		return p, err
 	}
-	var items [][]byte
 	if msg, _, perr := unwrapObject(raw); perr == nil {
+		p.proto = true
 		err = eachField(msg, func(f protoField) error {
 			switch {
 			case f.num == 1 && f.wire == 2:
 				return p.meta.Unmarshal(f.data)
 			case f.num == 2 && f.wire == 2:
-				items = append(items, f.data)
+				p.items = append(p.items, f.data)
 			}
 			return nil
 		})
 		if err != nil {
 			return p, fmt.Errorf("decode a list: %w", err)
 		}
-		p.items, p.skipped = c.decodeItems(items, true, p.meta.ResourceVersion)
 		return p, nil
+	}
+	c.servesJSON.Store(true)
+	if protoOnly {
+		return p, fmt.Errorf("a list of %d bytes (%s): %w", len(raw), ct, ErrNotEncoded)
 	}
 	var l struct {
 		Metadata metav1.ListMeta   `json:"metadata"`
@@ -169,11 +198,10 @@ func (c *wireClient[T]) list(ctx context.Context, o metav1.ListOptions) (page[T]
 		return p, fmt.Errorf("decode a list of %d bytes (%s): %w", len(raw), ct, errJSON(err))
 	}
 	p.meta = l.Metadata
-	items = make([][]byte, len(l.Items))
+	p.items = make([][]byte, len(l.Items))
 	for i, it := range l.Items {
-		items[i] = it
+		p.items[i] = it
 	}
-	p.items, p.skipped = c.decodeItems(items, false, p.meta.ResourceVersion)
 	return p, nil
 }
 
@@ -181,18 +209,12 @@ func (c *wireClient[T]) list(ctx context.Context, o metav1.ListOptions) (page[T]
 func (c *wireClient[T]) decodeItems(raw [][]byte, proto bool, rv string) ([]T, []error) {
 	objs := make([]T, len(raw))
 	errs := make([]error, len(raw))
-	workers := min(c.workers, max(len(raw)/64, 1))
-	var wg sync.WaitGroup
-	for w := range workers {
-		lo, hi := w*len(raw)/workers, (w+1)*len(raw)/workers
-		wg.Go(func() {
-			var scratch []byte
-			for i := lo; i < hi; i++ {
-				objs[i], scratch, errs[i] = c.decode(raw[i], proto, scratch)
-			}
-		})
-	}
-	wg.Wait()
+	c.parallel(len(raw), func(lo, hi int) {
+		var scratch []byte
+		for i := lo; i < hi; i++ {
+			objs[i], scratch, errs[i] = c.decode(raw[i], proto, scratch)
+		}
+	})
 	items := objs[:0]
 	var skipped []error
 	for i, obj := range objs {
@@ -205,6 +227,18 @@ func (c *wireClient[T]) decodeItems(raw [][]byte, proto bool, rv string) ([]T, [
 	}
 	clear(objs[len(items):])
 	return items, skipped
+}
+
+// parallel calls fn with the ranges of [0, n) that each of up to
+// c.workers goroutines takes, and returns once they are done.
+func (c *wireClient[T]) parallel(n int, fn func(lo, hi int)) {
+	workers := min(c.workers, max(n/64, 1))
+	var wg sync.WaitGroup
+	for w := range workers {
+		lo, hi := w*n/workers, (w+1)*n/workers
+		wg.Go(func() { fn(lo, hi) })
+	}
+	wg.Wait()
 }
 
 // decode decodes one object's message (protobuf) or JSON into a new T.
