@@ -51,6 +51,9 @@ type protoUnmarshaler interface {
 //     on in the order they came; the items of a list page likewise.
 //   - With Options.StripManagedFields, managedFields are dropped from the
 //     protobuf as an object is decoded, never held in memory.
+//   - Over protobuf, the objects can also be had undecoded, each as the
+//     bytes it came in (ListEncoded, WatchEncoded): CompactListWatcher
+//     over this ListWatcher keeps them as they are, decoding none.
 //
 // An object that cannot be decoded is reported as an *mirror.ObjectError
 // and skipped; a watch stream that cannot be read any further ends as
