@@ -144,13 +144,14 @@ type EncodedListWatcher interface {
 }
 
 type compactLW[T ProtoObject] struct {
-	lw      source.ListWatcher[T]
-	encoded EncodedListWatcher // lw, if it is one and there is no transform
+	lw        source.ListWatcher[T]
+	encoded   EncodedListWatcher // lw, if it is one and there is no transform
+	newT      func() T
+	transform mirror.TransformFunc[T]
+	chunks    *chunker
+
 	// notEncoded is set once encoded said ErrNotEncoded.
 	notEncoded atomic.Bool
-	newT       func() T
-	transform  mirror.TransformFunc[T]
-	chunks     *chunker
 }
 
 // compact makes the Compact of a decoded object.
