@@ -24,6 +24,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/listwatch/mirror"
 	"github.com/listwatch/mirror/adapters/k8s"
+	"github.com/listwatch/mirror/source"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/serializer/protobuf"
@@ -58,7 +59,10 @@ type startupImpl struct {
 
 func startupImpls() []startupImpl {
 	discard := slog.New(slog.DiscardHandler)
-	runMirror := func(ctx context.Context, inf *mirror.Informer[k8s.Key, *corev1.Pod]) func() {
+	runMirror := func(ctx context.Context, inf interface {
+		Run(context.Context) error
+		WaitForSync(context.Context) error
+	}) func() {
 		ctx, cancel := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() {
@@ -79,13 +83,35 @@ func startupImpls() []startupImpl {
 			return runMirror(ctx, k8s.NewInformer(lw, k8s.InformerOptions[*corev1.Pod]{Logger: discard}))
 		}
 	}
-	wireMirror := func(opts k8s.Options) func(context.Context, *rest.Config) func() {
+	// wireMirror's informer lists by pages (NewForConfig's default), or
+	// with streaming, by a streaming list.
+	wireMirror := func(opts k8s.Options, streaming bool) func(context.Context, *rest.Config) func() {
 		return func(ctx context.Context, cfg *rest.Config) func() {
 			lw, err := k8s.NewForConfig[*corev1.Pod](cfg, corev1.SchemeGroupVersion.WithResource("pods"), "", opts)
 			if err != nil {
 				panic(err)
 			}
-			return runMirror(ctx, k8s.NewInformer(lw, k8s.InformerOptions[*corev1.Pod]{Logger: discard}))
+			iopts := k8s.InformerOptions[*corev1.Pod]{Logger: discard}
+			iopts.ListWatch.StreamingList = streaming
+			return runMirror(ctx, k8s.NewInformer(lw, iopts))
+		}
+	}
+	// compactMirror's informer keeps each Pod's protobuf as the server
+	// sent it (NewForConfig's ListWatcher is an EncodedListWatcher);
+	// with decoded, it is made to decode each Pod and encode it again,
+	// as it did before.
+	compactMirror := func(decoded bool) func(context.Context, *rest.Config) func() {
+		return func(ctx context.Context, cfg *rest.Config) func() {
+			lw, err := k8s.NewForConfig[*corev1.Pod](cfg, corev1.SchemeGroupVersion.WithResource("pods"), "", k8s.Options{})
+			if err != nil {
+				panic(err)
+			}
+			var src source.ListWatcher[*corev1.Pod] = lw
+			if decoded {
+				src = decodedOnly{lw, lw}
+			}
+			clw := k8s.CompactListWatcher(src, func() *corev1.Pod { return new(corev1.Pod) }, nil)
+			return runMirror(ctx, k8s.NewCompactInformer(clw, mirror.InformerOptions[k8s.Key, *k8s.Compact[*corev1.Pod]]{Logger: discard}))
 		}
 	}
 	clientGo := func(contentType string, disableCompression bool) func(context.Context, *rest.Config) func() {
@@ -105,9 +131,11 @@ func startupImpls() []startupImpl {
 		}
 	}
 	return []startupImpl{
-		{"mirror", wireMirror(k8s.Options{})},
-		{"mirror-stripped", wireMirror(k8s.Options{StripManagedFields: true})},
-		{"mirror-list", wireMirror(k8s.Options{NoStreamingList: true})},
+		{"mirror", wireMirror(k8s.Options{}, false)},
+		{"mirror-stripped", wireMirror(k8s.Options{StripManagedFields: true}, false)},
+		{"mirror-streaming", wireMirror(k8s.Options{}, true)},
+		{"mirror-compact", compactMirror(false)},
+		{"mirror-compact-decoded", compactMirror(true)},
 		{"mirror-typed-json", typedMirror("")},
 		{"mirror-typed-protobuf", typedMirror(protobufContentType)},
 		{"client-go-json", clientGo("", false)},
@@ -133,6 +161,13 @@ func startupImpls() []startupImpl {
 			return func() { cancel(); <-done }
 		}},
 	}
+}
+
+// decodedOnly hides the ListEncoded and WatchEncoded of the ListWatcher
+// it holds, keeping its preference for streaming lists.
+type decodedOnly struct {
+	source.ListWatcher[*corev1.Pod]
+	source.StreamingListPreferrer
 }
 
 // BenchmarkK8sStartup measures how an informer of every Pod of a real

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unique"
 
 	"github.com/listwatch/mirror"
@@ -117,7 +118,9 @@ func (c *Compact[T]) Object() (T, error) {
 func CompactListWatcher[T ProtoObject](lw source.ListWatcher[T], newT func() T, transform mirror.TransformFunc[T]) source.ListWatcher[*Compact[T]] {
 	c := &compactLW[T]{lw: lw, newT: newT, transform: transform, chunks: newChunker()}
 	if e, ok := lw.(EncodedListWatcher); ok && transform == nil {
-		c.encoded = e
+		if m, ok := lw.(interface{ encodes() bool }); !ok || m.encodes() {
+			c.encoded = e
+		}
 	}
 	return c
 }
@@ -128,8 +131,11 @@ func CompactListWatcher[T ProtoObject](lw source.ListWatcher[T], newT func() T, 
 // without the envelope around it. It follows the contract of
 // source.ListWatcher, but for the type of its items, and every encoding
 // must be of the type the ListWatcher lists. An item's bytes may share
-// memory with the page or event they came in; CompactListWatcher
-// modifies none and keeps none, copying what it holds.
+// memory with the page or event they came in, an event's only until the
+// next call of Next; CompactListWatcher modifies none and keeps none,
+// copying what it holds. A ListEncoded or WatchEncoded that fails with
+// an error wrapping ErrNotEncoded makes CompactListWatcher list and watch
+// decoded objects from then on.
 type EncodedListWatcher interface {
 	// ListEncoded is List with each item as its encoding.
 	ListEncoded(ctx context.Context, opts source.ListOptions) (source.ListResult[[]byte], error)
@@ -143,6 +149,9 @@ type compactLW[T ProtoObject] struct {
 	newT      func() T
 	transform mirror.TransformFunc[T]
 	chunks    *chunker
+
+	// notEncoded is set once encoded said ErrNotEncoded.
+	notEncoded atomic.Bool
 }
 
 // compact makes the Compact of a decoded object.
@@ -280,9 +289,12 @@ func (c *compactLW[T]) PrefersStreamingList() bool {
 }
 
 func (c *compactLW[T]) List(ctx context.Context, opts source.ListOptions) (source.ListResult[*Compact[T]], error) {
-	if c.encoded != nil {
+	if c.encoded != nil && !c.notEncoded.Load() {
 		res, err := c.encoded.ListEncoded(ctx, opts)
-		return compactList(c, res, err, c.compactEncoded)
+		if !errors.Is(err, ErrNotEncoded) {
+			return compactList(c, res, err, c.compactEncoded)
+		}
+		c.notEncoded.Store(true)
 	}
 	res, err := c.lw.List(ctx, opts)
 	return compactList(c, res, err, c.compact)
@@ -311,12 +323,15 @@ func compactList[T ProtoObject, In any](c *compactLW[T], res source.ListResult[I
 }
 
 func (c *compactLW[T]) Watch(ctx context.Context, opts source.WatchOptions) (source.Watcher[*Compact[T]], error) {
-	if c.encoded != nil {
+	if c.encoded != nil && !c.notEncoded.Load() {
 		w, err := c.encoded.WatchEncoded(ctx, opts)
-		if err != nil {
+		if err == nil {
+			return &compactWatcher[T, []byte]{w: w, compact: c.compactEncoded}, nil
+		}
+		if !errors.Is(err, ErrNotEncoded) {
 			return nil, err
 		}
-		return &compactWatcher[T, []byte]{w: w, compact: c.compactEncoded}, nil
+		c.notEncoded.Store(true)
 	}
 	w, err := c.lw.Watch(ctx, opts)
 	if err != nil {

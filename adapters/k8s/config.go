@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"github.com/listwatch/mirror"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -59,6 +60,9 @@ type protoUnmarshaler interface {
 //     by event); an older server reads a consistent paged list from
 //     etcd. To stream lists instead, set the informer's
 //     ListWatch.StreamingList.
+//   - Over protobuf, the objects can also be had undecoded, each as the
+//     bytes it came in (ListEncoded, WatchEncoded): CompactListWatcher
+//     over this ListWatcher keeps them as they are, decoding none.
 //
 // An object that cannot be decoded is reported as an *mirror.ObjectError
 // and skipped; a watch stream that cannot be read any further ends as
@@ -121,9 +125,12 @@ type wireClient[T Object] struct {
 	resource  string
 	strip     bool
 	// proto is whether to ask for protobuf.
-	proto   bool
-	workers int
-	pages   pages // list pages read ahead, and their buffers
+	proto bool
+	// servesJSON is set once the server answered a request for protobuf
+	// with JSON: it does not serve the resource as protobuf.
+	servesJSON atomic.Bool
+	workers    int
+	pages      pages // list pages read ahead, and their buffers
 }
 
 // accept is the Accept header of c's requests.
@@ -143,18 +150,12 @@ func (c *wireClient[T]) request(o metav1.ListOptions) *rest.Request {
 func (c *wireClient[T]) decodeItems(raw [][]byte, proto bool, rv string) ([]T, []error) {
 	objs := make([]T, len(raw))
 	errs := make([]error, len(raw))
-	workers := min(c.workers, max(len(raw)/64, 1))
-	var wg sync.WaitGroup
-	for w := range workers {
-		lo, hi := w*len(raw)/workers, (w+1)*len(raw)/workers
-		wg.Go(func() {
-			var scratch []byte
-			for i := lo; i < hi; i++ {
-				objs[i], scratch, errs[i] = c.decode(raw[i], proto, scratch)
-			}
-		})
-	}
-	wg.Wait()
+	c.parallel(len(raw), func(lo, hi int) {
+		var scratch []byte
+		for i := lo; i < hi; i++ {
+			objs[i], scratch, errs[i] = c.decode(raw[i], proto, scratch)
+		}
+	})
 	items := objs[:0]
 	var skipped []error
 	for i, obj := range objs {
@@ -167,6 +168,18 @@ func (c *wireClient[T]) decodeItems(raw [][]byte, proto bool, rv string) ([]T, [
 	}
 	clear(objs[len(items):])
 	return items, skipped
+}
+
+// parallel calls fn with the ranges of [0, n) that each of up to
+// c.workers goroutines takes, and returns once they are done.
+func (c *wireClient[T]) parallel(n int, fn func(lo, hi int)) {
+	workers := min(c.workers, max(n/64, 1))
+	var wg sync.WaitGroup
+	for w := range workers {
+		lo, hi := w*n/workers, (w+1)*n/workers
+		wg.Go(func() { fn(lo, hi) })
+	}
+	wg.Wait()
 }
 
 // decode decodes one object's message (protobuf) or JSON into a new T.

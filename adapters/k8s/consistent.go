@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/listwatch/mirror/source"
-	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 )
 
@@ -40,20 +39,11 @@ func compareResourceVersions(a, b string) (int, error) {
 // bound. Give it ConsistentOptions.Fallback, or wait for the version of
 // your own write (Informer.WaitForVersion), which the watch brings at once.
 func (lw *ListWatcher[T]) CurrentVersion(ctx context.Context) (string, error) {
-	o := lw.listOptions()
-	o.Limit = 1
-	list, err := lw.list(ctx, o)
-	if err == nil && isNil(list) {
-		err = errors.New("nil list and nil error from the client")
-	}
-	if err != nil {
-		return "", wrapError(ctx, err, "k8s: current version of %s", lw.what)
-	}
-	lm, err := meta.ListAccessor(list)
+	rv, err := lw.listVersion(ctx)
 	if err != nil {
 		return "", fmt.Errorf("k8s: current version of %s: %w", lw.what, err)
 	}
-	return lm.GetResourceVersion(), nil
+	return rv, nil
 }
 
 // CompareVersions orders resource versions as ListWatcher.CompareVersions

@@ -40,7 +40,9 @@
 // (and so a streaming list) on up to four goroutines while the next
 // arrive, handing them on in order, and, with Options.StripManagedFields,
 // drops managedFields from the protobuf before decoding an object, so they
-// are never held. New, NewDynamic and FromListerWatcher decode as their
+// are never held. Over protobuf it is an EncodedListWatcher too: a compact
+// cache (NewCompactInformer) over it keeps each object's bytes as the
+// server sent them, decoding none. New, NewDynamic and FromListerWatcher decode as their
 // client does, and strip managedFields (with StripManagedFields) once an
 // object is decoded.
 //

@@ -28,7 +28,16 @@ import (
 // source.ErrTooLargeResourceVersion, source.ErrUnavailable and
 // mirror.ErrPermanent where one applies, and wrap the client's error too.
 func (lw *ListWatcher[T]) List(ctx context.Context, opts source.ListOptions) (source.ListResult[T], error) {
-	var res source.ListResult[T]
+	o := lw.listRequest(opts)
+	if lw.wire != nil {
+		return lw.wireList(ctx, o)
+	}
+	list, err := lw.list(ctx, o)
+	return lw.listResult(ctx, o, list, err)
+}
+
+// listRequest returns the options of the request for List(opts).
+func (lw *ListWatcher[T]) listRequest(opts source.ListOptions) metav1.ListOptions {
 	o := lw.listOptions()
 	o.Limit = opts.Limit
 	if opts.Continue != "" {
@@ -44,10 +53,12 @@ func (lw *ListWatcher[T]) List(ctx context.Context, opts source.ListOptions) (so
 			o.ResourceVersionMatch = metav1.ResourceVersionMatchNotOlderThan
 		}
 	}
-	if lw.wire != nil {
-		return lw.wireList(ctx, o)
-	}
-	list, err := lw.list(ctx, o)
+	return o
+}
+
+// listResult is List's result of what lw.list returned.
+func (lw *ListWatcher[T]) listResult(ctx context.Context, o metav1.ListOptions, list runtime.Object, err error) (source.ListResult[T], error) {
+	var res source.ListResult[T]
 	if err == nil && isNil(list) {
 		err = errors.New("nil list and nil error from the client")
 	}

@@ -32,6 +32,9 @@ type wireWatch[T Object] struct {
 	body   io.ReadCloser
 	ctx    context.Context // the request's; cancel ends the reading
 	cancel context.CancelFunc
+	// encoded hands on each object's protobuf message undecoded, as an
+	// *encodedObject in the memory of its batch (WatchEncoded).
+	encoded bool
 
 	ordered chan *eventBatch // every batch, in stream order
 	work    chan *eventBatch // batches to decode
@@ -55,8 +58,9 @@ type eventBatch struct {
 }
 
 // watch starts a watch and its goroutines, which end when ctx does or
-// Stop is called.
-func (c *wireClient[T]) watch(ctx context.Context, o metav1.ListOptions) (*wireWatch[T], error) {
+// Stop is called. With encoded, objects are handed on as their
+// encodings (see wireWatch.encoded).
+func (c *wireClient[T]) watch(ctx context.Context, o metav1.ListOptions, encoded bool) (*wireWatch[T], error) {
 	ctx, cancel := context.WithCancel(ctx)
 	body, err := c.request(o).Stream(ctx)
 	if err != nil {
@@ -64,7 +68,7 @@ func (c *wireClient[T]) watch(ctx context.Context, o metav1.ListOptions) (*wireW
 		return nil, err
 	}
 	depth := 2 * c.workers
-	w := &wireWatch[T]{c: c, body: body, ctx: ctx, cancel: cancel,
+	w := &wireWatch[T]{c: c, body: body, ctx: ctx, cancel: cancel, encoded: encoded,
 		ordered: make(chan *eventBatch, depth), work: make(chan *eventBatch, depth), free: make(chan *eventBatch, depth+2)}
 	w.wg.Go(w.read)
 	for range c.workers {
@@ -79,7 +83,17 @@ func (w *wireWatch[T]) read() {
 	defer close(w.ordered)
 	br := bufio.NewReaderSize(w.body, 64<<10)
 	var frame func(b *eventBatch) error
-	if first, err := br.Peek(1); err == nil && first[0] == '{' {
+	first, err := br.Peek(1)
+	isJSON := err == nil && first[0] == '{'
+	if isJSON {
+		w.c.servesJSON.Store(true)
+	}
+	switch {
+	case isJSON && w.encoded:
+		// JSON has no encodings to hand on: the stream ends before its
+		// first event.
+		frame = func(*eventBatch) error { return fmt.Errorf("a JSON watch: %w", ErrNotEncoded) }
+	case isJSON:
 		dec := json.NewDecoder(br)
 		frame = func(b *eventBatch) error {
 			var raw json.RawMessage
@@ -89,7 +103,7 @@ func (w *wireWatch[T]) read() {
 			b.buf = append(b.buf, raw...)
 			return nil
 		}
-	} else {
+	default:
 		frame = func(b *eventBatch) error { return readFrame(br, b) }
 	}
 	for {
@@ -224,13 +238,22 @@ func (w *wireWatch[T]) decodeEvent(raw, scratch []byte) (watch.Event, []byte, er
 	if err != nil {
 		return ev, scratch, err
 	}
-	if ev.Type == watch.Error {
+	switch ev.Type {
+	case watch.Error:
 		st := new(metav1.Status)
 		if err := st.Unmarshal(msg); err != nil {
 			return ev, scratch, err
 		}
 		ev.Object = st
 		return ev, scratch, nil
+	case watch.Added, watch.Modified, watch.Deleted:
+		if w.encoded {
+			// The batch's memory is this event's alone until it is
+			// handed on: managedFields are dropped in place.
+			obj, err := w.c.encodedObject(msg)
+			ev.Object = obj
+			return ev, scratch, err
+		}
 	}
 	obj, scratch, err := w.c.decode(msg, true, scratch)
 	ev.Object = obj

@@ -50,6 +50,16 @@ import (
 // *apierrors.StatusError of no mirror kind: the informer relists, as
 // client-go's does.
 func (lw *ListWatcher[T]) Watch(ctx context.Context, opts source.WatchOptions) (source.Watcher[T], error) {
+	w, err := lw.startWatch(ctx, opts, false)
+	if err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// startWatch is Watch; with encoded, through lw.wire, which hands on
+// each object as its encoding (WatchEncoded).
+func (lw *ListWatcher[T]) startWatch(ctx context.Context, opts source.WatchOptions, encoded bool) (*watcher[T], error) {
 	o := lw.listOptions()
 	o.Watch = true
 	o.AllowWatchBookmarks = opts.AllowBookmarks
@@ -81,7 +91,7 @@ func (lw *ListWatcher[T]) Watch(ctx context.Context, opts source.WatchOptions) (
 	var stream *wireWatch[T]
 	var err error
 	if lw.wire != nil {
-		stream, err = lw.wire.watch(wctx, o)
+		stream, err = lw.wire.watch(wctx, o, encoded)
 		if err == nil {
 			src = stream
 		}
@@ -138,18 +148,35 @@ func isFakeWatch(w watch.Interface) bool {
 // newestVersion returns the newest resource version of the objects,
 // read consistently.
 func (lw *ListWatcher[T]) newestVersion(ctx context.Context) (string, error) {
+	rv, err := lw.listVersion(ctx)
+	if err != nil {
+		return "", fmt.Errorf("k8s: watch %s from now: %w", lw.what, err)
+	}
+	return rv, nil
+}
+
+// listVersion returns the resource version of a consistent list of one
+// object.
+func (lw *ListWatcher[T]) listVersion(ctx context.Context) (string, error) {
 	o := lw.listOptions()
 	o.Limit = 1
+	if lw.wire != nil {
+		p, err := lw.wire.listRaw(ctx, o, false)
+		if err != nil {
+			return "", wrapError(ctx, err, "list")
+		}
+		return p.meta.ResourceVersion, nil
+	}
 	list, err := lw.list(ctx, o)
 	if err == nil && isNil(list) {
 		err = errors.New("nil list and nil error from the client")
 	}
 	if err != nil {
-		return "", wrapError(ctx, err, "k8s: watch %s from now: list", lw.what)
+		return "", wrapError(ctx, err, "list")
 	}
 	lm, err := meta.ListAccessor(list)
 	if err != nil {
-		return "", fmt.Errorf("k8s: watch %s from now: %w", lw.what, err)
+		return "", err
 	}
 	return lm.GetResourceVersion(), nil
 }
@@ -191,7 +218,7 @@ func (w *watcher[T]) Next(ctx context.Context) (source.Event[T], error) {
 		return zero, w.err
 	}
 	if w.stream != nil {
-		return w.nextWire(ctx)
+		return nextWire(w, ctx, w.decoded)
 	}
 	for {
 		select {
@@ -217,9 +244,10 @@ func (w *watcher[T]) Next(ctx context.Context) (source.Event[T], error) {
 	}
 }
 
-// nextWire is Next for a wireWatch.
-func (w *watcher[T]) nextWire(ctx context.Context) (source.Event[T], error) {
-	var zero source.Event[T]
+// nextWire is Next for a wireWatch, whose objects object converts (see
+// event).
+func nextWire[T Object, O any](w *watcher[T], ctx context.Context, object func(runtime.Object) (O, string, error)) (source.Event[O], error) {
+	var zero source.Event[O]
 	for {
 		ev, objErr, end := w.stream.next(ctx)
 		switch {
@@ -231,9 +259,9 @@ func (w *watcher[T]) nextWire(ctx context.Context) (source.Event[T], error) {
 			return zero, w.fail(wrapError(w.ctx, end, "k8s: watch %s from resource version %q", w.lw.what, w.from))
 		case objErr != nil:
 			err := &mirror.ObjectError{Err: fmt.Errorf("k8s: watch %s: decode a %s event: %w", w.lw.what, ev.Type, objErr)}
-			return source.Event[T]{Type: source.Error, Err: err}, nil
+			return source.Event[O]{Type: source.Error, Err: err}, nil
 		}
-		out, pass, err := w.event(ev)
+		out, pass, err := event(w, ev, object)
 		if err != nil {
 			return zero, w.fail(err)
 		}
@@ -243,16 +271,33 @@ func (w *watcher[T]) nextWire(ctx context.Context) (source.Event[T], error) {
 	}
 }
 
+// decoded returns the T an event holds, and its resource version.
+func (w *watcher[T]) decoded(o runtime.Object) (T, string, error) {
+	obj, err := w.lw.object(o, "")
+	if err != nil {
+		var zero T
+		return zero, "", err
+	}
+	return obj, obj.GetResourceVersion(), nil
+}
+
 // event converts one client-go event. pass is false for an event the
 // caller did not ask for (a bookmark); err ends the stream.
 func (w *watcher[T]) event(ev watch.Event) (out source.Event[T], pass bool, err error) {
+	return event(w, ev, w.decoded)
+}
+
+// event converts one client-go event as the method does, its object by
+// object, which returns the object and its resource version, or an
+// error for an event that is reported and skipped.
+func event[T Object, O any](w *watcher[T], ev watch.Event, object func(runtime.Object) (O, string, error)) (out source.Event[O], pass bool, err error) {
 	switch ev.Type {
 	case watch.Added, watch.Modified, watch.Deleted:
-		obj, err := w.lw.object(ev.Object, "")
+		obj, rv, err := object(ev.Object)
 		if err != nil {
-			return source.Event[T]{Type: source.Error, Err: err}, true, nil
+			return source.Event[O]{Type: source.Error, Err: err}, true, nil
 		}
-		out = source.Event[T]{Object: obj, ResourceVersion: obj.GetResourceVersion()}
+		out = source.Event[O]{Object: obj, ResourceVersion: rv}
 		switch ev.Type {
 		case watch.Added:
 			out.Type = source.Added
@@ -266,10 +311,10 @@ func (w *watcher[T]) event(ev watch.Event) (out source.Event[T], pass bool, err 
 		m, ok := ev.Object.(metav1.Object)
 		if !ok || isNil(m) {
 			err := &mirror.ObjectError{Err: fmt.Errorf("k8s: bookmark without metadata: %T", ev.Object)}
-			return source.Event[T]{Type: source.Error, Err: err}, true, nil
+			return source.Event[O]{Type: source.Error, Err: err}, true, nil
 		}
 		end := w.initial && m.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true"
-		out = source.Event[T]{Type: source.Bookmark, ResourceVersion: m.GetResourceVersion(), InitialEventsEnd: end}
+		out = source.Event[O]{Type: source.Bookmark, ResourceVersion: m.GetResourceVersion(), InitialEventsEnd: end}
 		return out, w.bookmarks || end, nil
 	case watch.Error:
 		// The server ends a stream after an Error event; so does the
@@ -277,7 +322,7 @@ func (w *watcher[T]) event(ev watch.Event) (out source.Event[T], pass bool, err 
 		return out, false, wrapError(w.ctx, statusError(ev.Object), "k8s: watch %s from resource version %q", w.lw.what, w.from)
 	}
 	err = fmt.Errorf("k8s: watch %s: unknown event type %q", w.lw.what, ev.Type)
-	return source.Event[T]{Type: source.Error, Err: err}, true, nil
+	return source.Event[O]{Type: source.Error, Err: err}, true, nil
 }
 
 // statusError returns the error a watch Error event's object describes.

@@ -46,19 +46,45 @@ type readAhead struct {
 // list gets and decodes one page.
 func (c *wireClient[T]) list(ctx context.Context, o metav1.ListOptions) (page[T], error) {
 	var p page[T]
+	raw, err := c.listRaw(ctx, o, false)
+	if err != nil {
+		return p, err
+	}
+	p.meta = raw.meta
+	// Decoding copies what it keeps out of the page, so its buffer can
+	// be reused.
+	p.items, p.skipped = c.decodeItems(raw.items, raw.proto, p.meta.ResourceVersion)
+	c.recycle(raw.buf, p.meta.Continue != "")
+	return p, nil
+}
+
+// rawPage is one page of a list, its items undecoded: each one's
+// protobuf message or JSON, in buf's memory.
+type rawPage struct {
+	meta  metav1.ListMeta
+	items [][]byte
+	proto bool
+	buf   []byte // the page as read
+}
+
+// listRaw gets one page and splits it into its items, and starts reading
+// the next (see pages). With protoOnly, a page the server answered in JSON
+// is not split: listRaw fails with an error wrapping ErrNotEncoded.
+func (c *wireClient[T]) listRaw(ctx context.Context, o metav1.ListOptions, protoOnly bool) (rawPage, error) {
+	var p rawPage
 	raw, err := c.pageBytes(ctx, o)
 	if err != nil {
 		return p, err
 	}
-	defer func() { c.recycle(raw, p.meta.Continue != "") }()
-	var items [][]byte
+	p.buf = raw
 	if msg, _, perr := unwrapObject(raw); perr == nil {
+		p.proto = true
 		err = eachField(msg, func(f protoField) error {
 			switch {
 			case f.num == 1 && f.wire == 2:
 				return p.meta.Unmarshal(f.data)
 			case f.num == 2 && f.wire == 2:
-				items = append(items, f.data)
+				p.items = append(p.items, f.data)
 			}
 			return nil
 		})
@@ -66,9 +92,11 @@ func (c *wireClient[T]) list(ctx context.Context, o metav1.ListOptions) (page[T]
 			return p, fmt.Errorf("decode a list: %w", err)
 		}
 		c.readAhead(ctx, o, p.meta.Continue)
-		// Decoding copies what it keeps out of raw, so raw can be reused.
-		p.items, p.skipped = c.decodeItems(items, true, p.meta.ResourceVersion)
 		return p, nil
+	}
+	c.servesJSON.Store(true)
+	if protoOnly {
+		return p, fmt.Errorf("a list of %d bytes, not protobuf: %w", len(raw), ErrNotEncoded)
 	}
 	var l struct {
 		Metadata metav1.ListMeta   `json:"metadata"`
@@ -79,11 +107,10 @@ func (c *wireClient[T]) list(ctx context.Context, o metav1.ListOptions) (page[T]
 	}
 	p.meta = l.Metadata
 	c.readAhead(ctx, o, p.meta.Continue)
-	items = make([][]byte, len(l.Items))
+	p.items = make([][]byte, len(l.Items))
 	for i, it := range l.Items {
-		items[i] = it
+		p.items[i] = it
 	}
-	p.items, p.skipped = c.decodeItems(items, false, p.meta.ResourceVersion)
 	return p, nil
 }
 
