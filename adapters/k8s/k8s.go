@@ -135,6 +135,8 @@ type ListWatcher[T Object] struct {
 	// wire, if set, lists and watches instead of list and watch,
 	// decoding what the server sends itself (see NewForConfig).
 	wire *wireClient[T]
+	// shardSelector, if set, goes with every request (see NewSharded).
+	shardSelector string
 	// resource names what lw lists, such as "pods" or "apps/v1/deployments
 	// in shop", or is "" if lw cannot tell (see resourceName).
 	resource string
@@ -267,7 +269,7 @@ func (lw *ListWatcher[T]) PrefersStreamingList() bool {
 
 // listOptions returns the options every request of lw starts from.
 func (lw *ListWatcher[T]) listOptions() metav1.ListOptions {
-	return metav1.ListOptions{LabelSelector: lw.opts.LabelSelector, FieldSelector: lw.opts.FieldSelector}
+	return metav1.ListOptions{LabelSelector: lw.opts.LabelSelector, FieldSelector: lw.opts.FieldSelector, ShardSelector: lw.shardSelector}
 }
 
 // object returns o as a T, or an *mirror.ObjectError naming o if it is

@@ -13,8 +13,6 @@ import (
 	"github.com/listwatch/mirror/shard"
 	"github.com/listwatch/mirror/source"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 )
 
 // HeldRanges returns the hash ranges of the shards held, of n: one Range
@@ -218,15 +216,9 @@ func (s *ShardedListWatcher[T]) current() (uint64, []shard.Range, *ListWatcher[T
 	}
 	selector := ShardSelector(sel)
 	lw := *s.lw
-	list, watchFn := s.lw.list, s.lw.watch
-	lw.list = func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-		o.ShardSelector = selector
-		return list(ctx, o)
-	}
-	lw.watch = func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-		o.ShardSelector = selector
-		return watchFn(ctx, o)
-	}
+	// Every request, through a client's functions or the adapter's own
+	// (NewForConfig), starts from lw's listOptions.
+	lw.shardSelector = selector
 	return gen, ranges, &lw
 }
 

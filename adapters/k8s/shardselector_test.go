@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net/url"
 	"testing"
 
 	"github.com/listwatch/mirror/shard"
@@ -124,4 +125,20 @@ func TestShardedListWatcher_ChangedShardsEndWatchesAndListsWithErrExpired(t *tes
 	assert.ErrorIs(t, err, source.ErrExpired)
 	_, err = s.List(context.Background(), source.ListOptions{Limit: 1, Continue: page.Continue})
 	assert.ErrorIs(t, err, source.ErrExpired, "a page of a list of the old ranges")
+}
+
+func TestShardedListWatcher_OverNewForConfigAsksForTheHeldRanges(t *testing.T) {
+	in, out := podsOfShards(1, 2)
+	s := &wireServer{pods: []*corev1.Pod{in[0], out[0]}}
+	cfg := startWireServer(t, s)
+	sharded := NewSharded(newPodsForConfig(t, cfg, Options{}))
+	sharded.Set([]int{1}, 2)
+	res, err := sharded.List(context.Background(), source.ListOptions{Limit: 10})
+	require.NoError(t, err)
+	// The test server ignores the selector: the client drops the rest.
+	require.Len(t, res.Items, 1)
+	assert.Equal(t, in[0].Name, res.Items[0].Name)
+	q, err := url.ParseQuery(s.queries[0])
+	require.NoError(t, err)
+	assert.Equal(t, ShardSelector(HeldRanges([]int{1}, 2)), q.Get("shardSelector"))
 }
