@@ -1,10 +1,13 @@
 package k8s
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -43,19 +46,261 @@ type readAhead struct {
 	err  error
 }
 
-// list gets and decodes one page.
+// list gets and decodes one page. A protobuf page is decoded as it is
+// read, a chunk of items at a time, so that a page of any size (a list
+// the server serves whole from its cache) is never held undecoded.
 func (c *wireClient[T]) list(ctx context.Context, o metav1.ListOptions) (page[T], error) {
 	var p page[T]
-	raw, err := c.listRaw(ctx, o, false)
-	if err != nil {
+	c.pages.mu.Lock()
+	ra := c.pages.next
+	c.pages.next = nil
+	c.pages.mu.Unlock()
+	var r io.Reader
+	var buf []byte
+	if ra != nil && ra.opts == o {
+		select {
+		case <-ra.done:
+			if ra.err == nil {
+				buf = ra.buf
+				r = bytes.NewReader(buf)
+			}
+		case <-ctx.Done():
+			return p, ctx.Err()
+		}
+	}
+	if r == nil {
+		body, err := c.request(o).Stream(ctx)
+		if err != nil {
+			return p, err
+		}
+		defer body.Close()
+		r = body
+	}
+	br := bufio.NewReaderSize(r, 64<<10)
+	if head, err := br.Peek(len(protoMagic)); err != nil || !bytes.Equal(head, protoMagic) {
+		// JSON, or not a list at all: read whole, as listRaw does.
+		raw, err := io.ReadAll(br)
+		if err != nil {
+			return p, err
+		}
+		rp, err := c.splitPage(ctx, o, raw, false)
+		if err != nil {
+			return p, err
+		}
+		p.meta = rp.meta
+		p.items, p.skipped = c.decodeItems(rp.items, rp.proto, p.meta.ResourceVersion)
+		return p, nil
+	}
+	_, _ = br.Discard(len(protoMagic))
+	if err := c.decodeListStream(ctx, o, &protoReader{br: br, n: -1}, &p); err != nil {
 		return p, err
 	}
-	p.meta = raw.meta
-	// Decoding copies what it keeps out of the page, so its buffer can
-	// be reused.
-	p.items, p.skipped = c.decodeItems(raw.items, raw.proto, p.meta.ResourceVersion)
-	c.recycle(raw.buf, p.meta.Continue != "")
+	if buf != nil {
+		c.recycle(buf, p.meta.Continue != "")
+	}
 	return p, nil
+}
+
+// Items are decoded a chunk at a time: at least this many bytes of them,
+// or this many items.
+const (
+	chunkBytes = 4 << 20
+	chunkItems = 1024
+)
+
+// decodeListStream reads a runtime.Unknown holding a list from r and
+// decodes the list's items into p, a chunk at a time.
+func (c *wireClient[T]) decodeListStream(ctx context.Context, o metav1.ListOptions, r *protoReader, p *page[T]) error {
+	var encoding []byte
+	for !r.done() {
+		num, wire, err := r.tag()
+		if err != nil {
+			return err
+		}
+		if num == 2 && wire == 2 { // the list's message
+			n, err := r.length()
+			if err != nil {
+				return err
+			}
+			if err := c.decodeItemsStream(ctx, o, &protoReader{br: r.br, n: int64(n)}, p); err != nil {
+				return err
+			}
+			r.consumed(int64(n))
+			continue
+		}
+		if num == 3 && wire == 2 {
+			if encoding, err = r.bytes(nil); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := r.skip(wire); err != nil {
+			return err
+		}
+	}
+	if len(encoding) > 0 {
+		return fmt.Errorf("decode a list: %w: content encoding %q", errProto, encoding)
+	}
+	return nil
+}
+
+// decodeItemsStream reads a list message from r: its ListMeta into p.meta
+// (and then starts reading the next page ahead), its items into p.items,
+// decoded a chunk at a time.
+func (c *wireClient[T]) decodeItemsStream(ctx context.Context, o metav1.ListOptions, r *protoReader, p *page[T]) error {
+	var chunk []byte
+	var ends []int
+	flush := func() {
+		if len(ends) == 0 {
+			return
+		}
+		items := make([][]byte, len(ends))
+		start := 0
+		for i, end := range ends {
+			items[i] = chunk[start:end]
+			start = end
+		}
+		objs, skipped := c.decodeItems(items, true, p.meta.ResourceVersion)
+		p.items = append(p.items, objs...)
+		p.skipped = append(p.skipped, skipped...)
+		chunk, ends = chunk[:0], ends[:0]
+	}
+	for !r.done() {
+		num, wire, err := r.tag()
+		if err != nil {
+			return err
+		}
+		switch {
+		case num == 1 && wire == 2:
+			b, err := r.bytes(nil)
+			if err != nil {
+				return err
+			}
+			if err := p.meta.Unmarshal(b); err != nil {
+				return fmt.Errorf("decode a list: %w", err)
+			}
+			c.readAhead(ctx, o, p.meta.Continue)
+		case num == 2 && wire == 2:
+			if chunk, err = r.bytes(chunk); err != nil {
+				return err
+			}
+			ends = append(ends, len(chunk))
+			if len(chunk) >= chunkBytes || len(ends) >= chunkItems {
+				flush()
+			}
+		default:
+			if err := r.skip(wire); err != nil {
+				return err
+			}
+		}
+	}
+	flush()
+	return nil
+}
+
+// protoReader reads the fields of a protobuf message from a stream: n
+// bytes of it, or, if n is negative, up to the stream's end.
+type protoReader struct {
+	br *bufio.Reader
+	n  int64
+}
+
+func (r *protoReader) done() bool {
+	if r.n >= 0 {
+		return r.n == 0
+	}
+	_, err := r.br.Peek(1)
+	return err != nil
+}
+
+func (r *protoReader) consumed(n int64) {
+	if r.n >= 0 {
+		r.n -= n
+	}
+}
+
+func (r *protoReader) varint() (uint64, error) {
+	var v uint64
+	for shift := uint(0); shift < 64; shift += 7 {
+		if r.n == 0 {
+			return 0, fmt.Errorf("%w: truncated varint", errProto)
+		}
+		c, err := r.br.ReadByte()
+		if err != nil {
+			return 0, fmt.Errorf("%w: truncated varint", errProto)
+		}
+		r.consumed(1)
+		v |= uint64(c&0x7f) << shift
+		if c < 0x80 {
+			return v, nil
+		}
+	}
+	return 0, fmt.Errorf("%w: varint overflows", errProto)
+}
+
+func (r *protoReader) tag() (num, wire int, err error) {
+	t, err := r.varint()
+	return int(t >> 3), int(t & 7), err
+}
+
+// length reads a length-delimited field's length, which must fit in what
+// is left of the message and in maxFrame.
+func (r *protoReader) length() (int, error) {
+	n, err := r.varint()
+	if err != nil {
+		return 0, err
+	}
+	if (r.n >= 0 && n > uint64(r.n)) || n > 1<<31 {
+		return 0, fmt.Errorf("%w: a field runs past its message", errProto)
+	}
+	return int(n), nil
+}
+
+// bytes reads a length-delimited field's bytes, appended to dst.
+func (r *protoReader) bytes(dst []byte) ([]byte, error) {
+	n, err := r.length()
+	if err != nil {
+		return dst, err
+	}
+	if n > maxFrame {
+		return dst, fmt.Errorf("%w: an item of %d bytes, more than %d", errProto, n, maxFrame)
+	}
+	start := len(dst)
+	dst = slices.Grow(dst, n)[:start+n]
+	if _, err := io.ReadFull(r.br, dst[start:]); err != nil {
+		return dst[:start], fmt.Errorf("%w: truncated: %w", errProto, err)
+	}
+	r.consumed(int64(n))
+	return dst, nil
+}
+
+// skip reads past a field of wire type wire.
+func (r *protoReader) skip(wire int) error {
+	var n int
+	switch wire {
+	case 0:
+		_, err := r.varint()
+		return err
+	case 1:
+		n = 8
+	case 5:
+		n = 4
+	case 2:
+		var err error
+		if n, err = r.length(); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("%w: wire type %d", errProto, wire)
+	}
+	if r.n >= 0 && int64(n) > r.n {
+		return fmt.Errorf("%w: a field runs past its message", errProto)
+	}
+	if _, err := r.br.Discard(n); err != nil {
+		return fmt.Errorf("%w: truncated: %w", errProto, err)
+	}
+	r.consumed(int64(n))
+	return nil
 }
 
 // rawPage is one page of a list, its items undecoded: each one's
@@ -71,15 +316,20 @@ type rawPage struct {
 // the next (see pages). With protoOnly, a page the server answered in JSON
 // is not split: listRaw fails with an error wrapping ErrNotEncoded.
 func (c *wireClient[T]) listRaw(ctx context.Context, o metav1.ListOptions, protoOnly bool) (rawPage, error) {
-	var p rawPage
 	raw, err := c.pageBytes(ctx, o)
 	if err != nil {
-		return p, err
+		return rawPage{}, err
 	}
-	p.buf = raw
+	return c.splitPage(ctx, o, raw, protoOnly)
+}
+
+// splitPage splits raw, a page as read, into its items, and starts
+// reading the next page (see listRaw).
+func (c *wireClient[T]) splitPage(ctx context.Context, o metav1.ListOptions, raw []byte, protoOnly bool) (rawPage, error) {
+	p := rawPage{buf: raw}
 	if msg, _, perr := unwrapObject(raw); perr == nil {
 		p.proto = true
-		err = eachField(msg, func(f protoField) error {
+		err := eachField(msg, func(f protoField) error {
 			switch {
 			case f.num == 1 && f.wire == 2:
 				return p.meta.Unmarshal(f.data)
@@ -178,7 +428,12 @@ func (c *wireClient[T]) readPage(ctx context.Context, o metav1.ListOptions) ([]b
 	c.pages.mu.Unlock()
 	for {
 		if len(b) == cap(b) {
-			b = append(b, 0)[:len(b)]
+			// Doubled, not append's 1.25 for large slices: a page of
+			// megabytes read in small pieces would otherwise leave
+			// several times its size as garbage on the way.
+			nb := make([]byte, len(b), max(2*cap(b), 64<<10))
+			copy(nb, b)
+			b = nb
 		}
 		n, err := body.Read(b[len(b):cap(b)])
 		b = b[:len(b)+n]

@@ -2,6 +2,7 @@ package k8s
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -184,4 +185,36 @@ func TestNewForConfig_ListDropsAReadAheadPageItIsNotAskedFor(t *testing.T) {
 func TestNewForConfig_InformerListsByPages(t *testing.T) {
 	lw := newPodsForConfig(t, &rest.Config{Host: "http://127.0.0.1:1"}, Options{})
 	assert.False(t, lw.PrefersStreamingList())
+}
+
+func TestNewForConfig_ListDecodesAPageOfManyChunksInOrder(t *testing.T) {
+	var pods []*corev1.Pod
+	for i := range 2*chunkItems + 7 {
+		pods = append(pods, managedPod("a", fmt.Sprintf("p%04d", i), "1"))
+	}
+	s := &wireServer{pods: pods}
+	lw := newPodsForConfig(t, startWireServer(t, s), Options{})
+	res, err := lw.List(context.Background(), source.ListOptions{})
+	require.NoError(t, err)
+	require.Len(t, res.Items, len(pods))
+	for i, p := range res.Items {
+		require.Equal(t, typeless(pods[i]), p)
+	}
+}
+
+func TestNewForConfig_ListFailsOnATruncatedPage(t *testing.T) {
+	pods := []*corev1.Pod{managedPod("a", "p0", "1"), managedPod("a", "p1", "2")}
+	list := &corev1.PodList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "PodList"}, ListMeta: metav1.ListMeta{ResourceVersion: "10"},
+		Items: []corev1.Pod{*pods[0], *pods[1]}}
+	var body []byte
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", contentProtobuf)
+		_, _ = w.Write(body[:len(body)-100])
+	}))
+	t.Cleanup(srv.Close)
+	body = encodeProto(t, list)
+	lw := newPodsForConfig(t, &rest.Config{Host: srv.URL}, Options{})
+	_, err := lw.List(context.Background(), source.ListOptions{})
+	require.ErrorIs(t, err, errProto)
+	assert.NotContains(t, err.Error(), "p1")
 }
