@@ -95,8 +95,16 @@ func BenchmarkCompact_Read(b *testing.B) {
 			}
 			return p
 		},
+		"compact-shared": func(k k8s.Key) *corev1.Pod {
+			c, _ := compact.GetByKey(k)
+			p, err := c.Shared()
+			if err != nil {
+				b.Fatal(err)
+			}
+			return p
+		},
 	}
-	for _, impl := range []string{"default", "compact"} {
+	for _, impl := range []string{"default", "compact", "compact-shared"} {
 		get := gets[impl]
 		b.Run("op=get/impl="+impl, func(b *testing.B) {
 			b.ReportAllocs()
@@ -128,8 +136,17 @@ func BenchmarkCompact_Read(b *testing.B) {
 			}
 			return len(l)
 		},
+		"compact-shared": func(ns string) int {
+			l, _ := compact.ByIndex(k8s.NamespaceIndex, ns)
+			for _, c := range l {
+				if _, err := c.Shared(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			return len(l)
+		},
 	}
-	for _, impl := range []string{"default", "compact"} {
+	for _, impl := range []string{"default", "compact", "compact-shared"} {
 		list := lists[impl]
 		b.Run("op=list-namespace/impl="+impl, func(b *testing.B) {
 			b.ReportAllocs()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"strings"
 	"sync"
 	"unique"
@@ -86,14 +87,36 @@ func (c *Compact[T]) Len() int { return c.enc.len() }
 // object, which the caller owns and may modify. It fails only if the
 // encoding cannot be decoded, which a Compact made by CompactListWatcher
 // never has.
-func (c *Compact[T]) Object() (T, error) {
+func (c *Compact[T]) Object() (T, error) { return c.object(true) }
+
+// Shared decodes the object and returns it, as Object does, except that
+// the parts the object shares with others (such as the containers,
+// volumes, labels and owner references of a ReplicaSet's Pods) are
+// decoded once and shared by every object Shared returns, as the objects
+// of a default cache share everything. The caller must not modify the
+// object, not even the parts of it that are its own: which are shared
+// depends on what other objects hold. It is cheaper than Object, which
+// copies what Shared shares.
+func (c *Compact[T]) Shared() (T, error) { return c.object(false) }
+
+// rootType returns the struct type T points to, or nil if T is not a
+// pointer to a struct.
+func rootType[T any]() reflect.Type {
+	t := reflect.TypeFor[T]()
+	if t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct {
+		return nil
+	}
+	return t.Elem()
+}
+
+func (c *Compact[T]) object(owned bool) (T, error) {
 	obj := c.newT()
-	buf := bufs.Get().(*[]byte)
-	b := c.enc.appendTo((*buf)[:0])
-	err := obj.Unmarshal(b)
-	if cap(b) <= maxPooled {
-		*buf = b[:0]
-		bufs.Put(buf)
+	err := c.enc.decode(obj, rootType[T](), owned)
+	if errors.Is(err, errPath) {
+		// The encoding holds a decoded run's path in a form the type
+		// does not: decode all of it.
+		obj = c.newT()
+		err = c.enc.decode(obj, nil, owned)
 	}
 	if err != nil {
 		var zero T

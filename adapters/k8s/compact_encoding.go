@@ -3,11 +3,13 @@ package k8s
 import (
 	"hash/maphash"
 	"math/bits"
+	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
-	"unique"
 	"unsafe"
+	"weak"
 
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -16,9 +18,9 @@ import (
 // own, and chunks shared with other objects. Objects made from one
 // template (the Pods of a ReplicaSet, the Pods of a DaemonSet, objects
 // with the same labels, owner, tolerations or containers) repeat most of
-// their encoding; each repeated run of fields is held once, interned by
-// the unique package, and an object refers to it. Interned chunks go when
-// no object refers to them any more.
+// their encoding; each repeated run of fields is held once, interned in
+// a table of weak references (runs), and an object refers to it.
+// Interned runs go when no object refers to them any more.
 //
 // The cut needs no schema. It walks the encoding's fields as protobuf
 // wire format, groups a message's consecutive fields of one number (a
@@ -33,6 +35,14 @@ import (
 // them seen; the second and later share them. The table is direct
 // mapped and keeps the 64-bit hash of each run: a run whose slot another
 // took is held as a literal once more and remembered again.
+//
+// A shared run that is the whole of a field (all of a message's entries
+// of one number, and a number no other run of the message has) also
+// records where it sits: its field path, the numbers of the fields (and
+// the index of the entry, for repeated ones) from the object down to
+// it. A read can then decode the run once, into the Go field at that
+// path, and share or copy what it decoded instead of parsing the bytes
+// again (compact_decode.go).
 
 const (
 	// minChunk is the size below which a run stays literal: a reference
@@ -54,7 +64,7 @@ type chunker struct {
 }
 
 func newChunker() *chunker {
-	c := &chunker{seed: maphash.MakeSeed()}
+	c := &chunker{seed: runSeed}
 	t := make([]atomic.Uint64, minSlots)
 	c.seen.Store(&t)
 	return c
@@ -94,12 +104,74 @@ func (c *chunker) seenBefore(h uint64) bool {
 	return false
 }
 
-// ref is a shared chunk, put back at offset at of an object's literal
+// ref is a shared run, put back at offset at of an object's literal
 // bytes.
 type ref struct {
-	at    int32
-	chunk unique.Handle[string]
+	at  int32
+	run *run
 }
+
+// run is a run of encoding that objects share, interned in runs.
+type run struct {
+	bytes string
+	// path is the field path of the run if it is the whole of a field
+	// (see fieldPath), and "" otherwise.
+	path string
+	// decoded is the run decoded, once a read asked for it.
+	decoded atomic.Pointer[decodedRun]
+}
+
+// runKey is what identifies a run: the same bytes at two paths are two
+// runs, as they may decode into different fields.
+type runKey struct{ path, bytes string }
+
+// runs interns the shared runs of the whole process. A run goes when no
+// object refers to it (after a GC), and its entry soon after.
+var runs runTable
+
+const runShards = 64
+
+type runTable struct {
+	shards [runShards]struct {
+		mu sync.Mutex
+		m  map[runKey]weak.Pointer[run]
+		_  [40]byte // a cache line each
+	}
+}
+
+// intern returns the run of bytes b at path, whose hash is h, making it
+// if there is none. It keeps neither b nor path.
+func (t *runTable) intern(h uint64, path string, b []byte) *run {
+	s := &t.shards[h%runShards]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r := s.m[runKey{path, unsafe.String(unsafe.SliceData(b), len(b))}].Value(); r != nil {
+		return r
+	}
+	if s.m == nil {
+		s.m = make(map[runKey]weak.Pointer[run])
+	}
+	r := &run{bytes: string(b), path: strings.Clone(path)}
+	key := runKey{r.path, r.bytes}
+	s.m[key] = weak.Make(r)
+	runtime.AddCleanup(r, t.forget, key)
+	return r
+}
+
+// forget removes the entry of key once its run has gone, unless another
+// run of key took its place.
+func (t *runTable) forget(key runKey) {
+	s := &t.shards[maphash.String(runSeed, key.bytes)%runShards]
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w, ok := s.m[key]; ok && w.Value() == nil {
+		delete(s.m, key)
+	}
+}
+
+// runSeed hashes runs to their shard of runs. Every chunker hashes with
+// it, so that a run is found in one shard whoever cut it.
+var runSeed = maphash.MakeSeed()
 
 // encoding is an object's protobuf encoding, cut.
 type encoding struct {
@@ -111,7 +183,7 @@ type encoding struct {
 func (e *encoding) len() int {
 	n := len(e.lit)
 	for _, r := range e.refs {
-		n += len(r.chunk.Value())
+		n += len(r.run.bytes)
 	}
 	return n
 }
@@ -125,7 +197,7 @@ func (e *encoding) appendTo(b []byte) []byte {
 	at := 0
 	for _, r := range e.refs {
 		b = append(b, e.lit[at:r.at]...)
-		b = append(b, r.chunk.Value()...)
+		b = append(b, r.run.bytes...)
 		at = int(r.at)
 	}
 	return append(b, e.lit[at:]...)
@@ -145,6 +217,11 @@ type cut struct {
 	lit  []byte
 	refs []ref
 	segs []segment
+	// path is the field path of the message being cut (see fieldPath),
+	// and onPath whether a read can follow it: false below a field that
+	// is not the whole of its number in its message.
+	path   []byte
+	onPath bool
 }
 
 var cuts = sync.Pool{New: func() any { return new(cut) }}
@@ -157,7 +234,7 @@ const maxPooled = 64 << 10
 // if raw is not a protobuf message.
 func (c *chunker) encode(raw []byte) (_ encoding, k *cut, ok bool) {
 	k = cuts.Get().(*cut)
-	k.c, k.raw = c, raw
+	k.c, k.raw, k.onPath = c, raw, true
 	if !k.fields(0, len(raw), 0) {
 		k.release()
 		return encoding{}, nil, false
@@ -176,8 +253,8 @@ func (k *cut) release() {
 	if cap(k.lit) > maxPooled {
 		k.lit = nil
 	}
-	clear(k.refs) // the handles keep chunks alive
-	k.c, k.raw, k.lit, k.refs, k.segs = nil, nil, k.lit[:0], k.refs[:0], k.segs[:0]
+	clear(k.refs) // the refs keep runs alive
+	k.c, k.raw, k.lit, k.refs, k.segs, k.path = nil, nil, k.lit[:0], k.refs[:0], k.segs[:0], k.path[:0]
 	cuts.Put(k)
 }
 
@@ -194,25 +271,31 @@ func (k *cut) literal(start, end int) {
 	k.lit = append(k.lit, k.raw[start:end]...)
 }
 
-// shared refers to raw[start:end] as a shared chunk.
-func (k *cut) shared(start, end int) {
-	b := k.raw[start:end]
-	// unique.Make copies a string it has not seen before, so the string
-	// may share raw's memory for the lookup.
-	h := unique.Make(unsafe.String(&b[0], len(b)))
+// shared refers to raw[start:end], of hash h, as a shared run; whole is
+// set if it is the whole of field num of the message being cut.
+func (k *cut) shared(start, end int, h uint64, num protowire.Number, whole bool) {
+	var path string
+	if whole && k.onPath {
+		n := len(k.path)
+		k.path = protowire.AppendVarint(k.path, uint64(num))
+		path = unsafe.String(unsafe.SliceData(k.path), len(k.path)) // intern copies it
+		defer func() { k.path = k.path[:n] }()
+	}
+	r := runs.intern(h, path, k.raw[start:end])
 	k.segs = append(k.segs, segment{start: start, end: end, lit: len(k.lit), ref: len(k.refs)})
-	k.refs = append(k.refs, ref{at: int32(len(k.lit)), chunk: h})
+	k.refs = append(k.refs, ref{at: int32(len(k.lit)), run: r})
 }
 
 // fields cuts the message raw[start:end], whose fields are depth levels
 // down. It reports false if raw[start:end] is not a message; the caller
 // then holds it as a literal.
 func (k *cut) fields(start, end, depth int) bool {
+	split, ok := k.splitNumbers(start, end)
+	if !ok {
+		return false
+	}
 	for i := start; i < end; {
 		num, typ, n := protowire.ConsumeField(k.raw[i:end])
-		if n < 0 {
-			return false
-		}
 		j := i + n
 		if typ != protowire.BytesType {
 			k.literal(i, j)
@@ -228,27 +311,59 @@ func (k *cut) fields(start, end, depth int) bool {
 			j += n2
 			count++
 		}
-		k.run(i, j, count, depth)
+		whole := num < 64 && split&(1<<num) == 0
+		k.run(i, j, count, depth, num, -1, whole)
 		i = j
 	}
 	return true
 }
 
-// run cuts a run of count length-delimited fields of one number.
-func (k *cut) run(start, end, count, depth int) {
+// splitNumbers parses the message raw[start:end] and returns the field
+// numbers below 64 that it holds in more than one run (a run being
+// consecutive fields of one number), as a bit set. ok is false if
+// raw[start:end] is not a message. Fields of 64 and up are taken as
+// split: no Kubernetes type has them.
+func (k *cut) splitNumbers(start, end int) (split uint64, ok bool) {
+	var seen uint64
+	last := protowire.Number(-1)
+	for i := start; i < end; {
+		num, _, n := protowire.ConsumeField(k.raw[i:end])
+		if n < 0 {
+			return 0, false
+		}
+		i += n
+		if num == last || num >= 64 {
+			continue
+		}
+		last = num
+		if seen&(1<<num) != 0 {
+			split |= 1 << num
+		}
+		seen |= 1 << num
+	}
+	return split, true
+}
+
+// run cuts a run of count length-delimited fields of number num. entry
+// is the index of the run's field among the run of num it came from, if
+// it is one of several, and -1 if it is all of them; whole is set if no
+// other run of the message has the number.
+func (k *cut) run(start, end, count, depth int, num protowire.Number, entry int, whole bool) {
 	if end-start < minChunk {
 		k.literal(start, end)
 		return
 	}
-	if k.c.seenBefore(maphash.Bytes(k.c.seed, k.raw[start:end])) {
-		k.shared(start, end)
+	h := maphash.Bytes(k.c.seed, k.raw[start:end])
+	if k.c.seenBefore(h) {
+		k.shared(start, end, h, num, whole && entry < 0)
 		return
 	}
 	if count > 1 {
 		// The run is new; its fields may not be.
-		for i := start; i < end; {
+		e := 0
+		for i := start; i < end; e++ {
 			_, _, n := protowire.ConsumeField(k.raw[i:end])
-			k.run(i, i+n, 1, depth)
+			k.run(i, i+n, 1, depth, num, e, whole)
 			i += n
 		}
 		return
@@ -256,8 +371,13 @@ func (k *cut) run(start, end, count, depth int) {
 	if depth < maxDepth {
 		body, _ := value(k.raw, start)
 		lit, refs, segs := len(k.lit), len(k.refs), len(k.segs)
+		path, onPath := len(k.path), k.onPath
+		k.path = protowire.AppendVarint(protowire.AppendVarint(k.path, uint64(num)), uint64(entry+1))
+		k.onPath = onPath && whole
 		k.literal(start, body)
-		if k.fields(body, end, depth+1) {
+		ok := k.fields(body, end, depth+1)
+		k.path, k.onPath = k.path[:path], onPath
+		if ok {
 			return
 		}
 		// Not a message: undo what the attempt appended.
@@ -283,7 +403,7 @@ func (e *encoding) locate(segs []segment, start, end int) (s string, ok bool) {
 			off := g.lit + start - g.start
 			return e.lit[off : off+end-start], true
 		}
-		v := e.refs[g.ref].chunk.Value()
+		v := e.refs[g.ref].run.bytes
 		return v[start-g.start : end-g.start], true
 	}
 	return "", false
