@@ -53,11 +53,14 @@ type ProtoObject interface {
 // across the objects of one template, cost little. The trade-off is CPU:
 // Object decodes on every call, so a Get costs a decode and a List of n
 // objects n decodes, where a default cache shares one object with every
-// reader; and a CompactListWatcher encodes every object it lists or
-// watches again, unless its source hands out the encodings as they
-// arrived (EncodedListWatcher), in which case it decodes none. The cache
-// suits large caches read by key at a modest rate, not controllers that
-// read whole namespaces on every reconcile.
+// reader. Shared is cheaper: it decodes a shared run once, the first
+// time it reads it, holds it decoded as long as the run, and hands out
+// that one decoded value, so that it costs about the decode of the
+// object's own bytes. And a CompactListWatcher encodes every object it
+// lists or watches again, unless its source hands out the encodings as
+// they arrived (EncodedListWatcher), in which case it decodes none. The
+// cache suits large caches read by key at a modest rate, not controllers
+// that read whole namespaces on every reconcile.
 type Compact[T ProtoObject] struct {
 	key Key
 	// rv, uid and labels share the encoding's memory.
@@ -87,7 +90,7 @@ func (c *Compact[T]) Len() int { return c.enc.len() }
 // object, which the caller owns and may modify. It fails only if the
 // encoding cannot be decoded, which a Compact made by CompactListWatcher
 // never has.
-func (c *Compact[T]) Object() (T, error) { return c.object(true) }
+func (c *Compact[T]) Object() (T, error) { return c.object(nil) }
 
 // Shared decodes the object and returns it, as Object does, except that
 // the parts the object shares with others (such as the containers,
@@ -96,8 +99,8 @@ func (c *Compact[T]) Object() (T, error) { return c.object(true) }
 // of a default cache share everything. The caller must not modify the
 // object, not even the parts of it that are its own: which are shared
 // depends on what other objects hold. It is cheaper than Object, which
-// copies what Shared shares.
-func (c *Compact[T]) Shared() (T, error) { return c.object(false) }
+// decodes the whole encoding.
+func (c *Compact[T]) Shared() (T, error) { return c.object(rootType[T]()) }
 
 // rootType returns the struct type T points to, or nil if T is not a
 // pointer to a struct.
@@ -109,14 +112,16 @@ func rootType[T any]() reflect.Type {
 	return t.Elem()
 }
 
-func (c *Compact[T]) object(owned bool) (T, error) {
+// object decodes the object, sharing the decoded runs if root is set
+// (see compact_decode.go).
+func (c *Compact[T]) object(root reflect.Type) (T, error) {
 	obj := c.newT()
-	err := c.enc.decode(obj, rootType[T](), owned)
-	if errors.Is(err, errPath) {
+	err := c.enc.decode(obj, root)
+	if root != nil && errors.Is(err, errPath) {
 		// The encoding holds a decoded run's path in a form the type
 		// does not: decode all of it.
 		obj = c.newT()
-		err = c.enc.decode(obj, nil, owned)
+		err = c.enc.decode(obj, nil)
 	}
 	if err != nil {
 		var zero T

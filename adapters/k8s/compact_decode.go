@@ -18,8 +18,10 @@ import (
 // first time a read meets it, into the Go field at its path (found by
 // reflection from the protobuf tags of the generated structs). A read
 // then decodes the object with each such run replaced by a field that
-// Unmarshal skips, and sets the field from the decoded run: a deep copy
-// of it for Object, the run's one decoded value for Shared.
+// Unmarshal skips, and sets the field to the run's one decoded value.
+// That is what Shared does; Object, whose objects share nothing,
+// decodes all of the encoding (a deep copy of the decoded runs cost it
+// about as much as decoding them).
 //
 // This gives the object Unmarshal would have given, by protobuf's own
 // rules: a message's fields of one number, all in one run (the cut only
@@ -69,12 +71,8 @@ type decodedRun struct {
 	ok    bool         // false if the run cannot be decoded for root
 	steps []step       // from the object down to the message of the field
 	field int          // the field's index in its message's struct
-	// shared is the field, decoded, that Shared hands out.
-	shared reflect.Value
-	// master is a message holding only the field, decoded, and
-	// deepCopy its DeepCopy method, which Object calls (invalid if the
-	// message has none: Object then decodes the run's bytes).
-	master, deepCopy reflect.Value
+	// value is the field, decoded, that every read shares.
+	value reflect.Value
 }
 
 // step is one message of a path: field of the enclosing struct, and the
@@ -87,9 +85,8 @@ type step struct {
 }
 
 // decodedFor returns r decoded for objects of type root, decoding it the
-// first time, or nil if r must be put back as bytes. owned is set if the
-// read needs a copy of the decoded run.
-func (r *run) decodedFor(root reflect.Type, owned bool) *decodedRun {
+// first time, or nil if r must be put back as bytes.
+func (r *run) decodedFor(root reflect.Type) *decodedRun {
 	if r.path == "" || root == nil {
 		return nil
 	}
@@ -100,7 +97,7 @@ func (r *run) decodedFor(root reflect.Type, owned bool) *decodedRun {
 			d = r.decoded.Load()
 		}
 	}
-	if !d.ok || d.root != root || owned && !d.deepCopy.IsValid() {
+	if !d.ok || d.root != root {
 		return nil
 	}
 	return d
@@ -151,26 +148,14 @@ func decodeRun(r *run, root reflect.Type) *decodedRun {
 	if d.field = fieldByNumber(t, nums[len(nums)-1]); d.field < 0 {
 		return d
 	}
-	decode := func() (reflect.Value, bool) {
-		m := reflect.New(t)
-		u, ok := m.Interface().(unmarshaler)
-		return m, ok && u.Unmarshal([]byte(r.bytes)) == nil
-	}
+	m := reflect.New(t)
+	u, ok := m.Interface().(unmarshaler)
 	// The filler must leave the message as it was: a message that
 	// keeps unknown fields cannot have its runs decoded apart.
-	m, ok := decode()
-	if !ok || !skipsFiller(m) {
+	if !ok || u.Unmarshal([]byte(r.bytes)) != nil || !skipsFiller(m) {
 		return d
 	}
-	d.shared = m.Elem().Field(d.field)
-	if d.master, ok = decode(); !ok {
-		return d
-	}
-	if dc := d.master.MethodByName("DeepCopy"); dc.IsValid() && dc.Type().NumIn() == 0 &&
-		dc.Type().NumOut() == 1 && dc.Type().Out(0) == d.master.Type() {
-		d.deepCopy = dc
-	}
-	d.ok = true
+	d.value, d.ok = m.Elem().Field(d.field), true
 	return d
 }
 
@@ -218,17 +203,17 @@ func fieldByNumber(t reflect.Type, num uint64) int {
 var errPath = errors.New("a decoded run's path is not in the object")
 
 // decode decodes the encoding into obj, a new object of struct type
-// root (behind a pointer), putting back as bytes the runs that cannot be
-// decoded apart. owned is set if obj must share nothing with other
-// reads. If it fails with errPath, obj is partly set and the caller
-// decodes the whole encoding into a new object.
-func (e *encoding) decode(obj unmarshaler, root reflect.Type, owned bool) error {
+// root (behind a pointer), with the decoded runs shared, and the runs
+// that cannot be decoded apart put back as bytes; with root nil, it
+// decodes all of it. If it fails with errPath, obj is partly set and
+// the caller decodes the whole encoding into a new object.
+func (e *encoding) decode(obj unmarshaler, root reflect.Type) error {
 	buf := bufs.Get().(*[]byte)
 	b := slices.Grow((*buf)[:0], e.len())
 	at, fills := 0, 0
 	for _, r := range e.refs {
 		b = append(b, e.lit[at:r.at]...)
-		if r.run.decodedFor(root, owned) != nil {
+		if r.run.decodedFor(root) != nil {
 			b = appendFiller(b, len(r.run.bytes))
 			fills++
 		} else {
@@ -247,7 +232,7 @@ func (e *encoding) decode(obj unmarshaler, root reflect.Type, owned bool) error 
 	}
 	v := reflect.ValueOf(obj).Elem()
 	for _, r := range e.refs {
-		d := r.run.decodedFor(root, owned)
+		d := r.run.decodedFor(root)
 		if d == nil {
 			continue
 		}
@@ -255,11 +240,7 @@ func (e *encoding) decode(obj unmarshaler, root reflect.Type, owned bool) error 
 		if !ok {
 			return errPath
 		}
-		if owned {
-			f.Set(d.deepCopy.Call(nil)[0].Elem().Field(d.field))
-		} else {
-			f.Set(d.shared)
-		}
+		f.Set(d.value)
 	}
 	return nil
 }
