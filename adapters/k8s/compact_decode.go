@@ -155,7 +155,10 @@ func decodeRun(r *run, root reflect.Type) *decodedRun {
 	if !ok || u.Unmarshal([]byte(r.bytes)) != nil || !skipsFiller(m) {
 		return d
 	}
-	d.value, d.ok = m.Elem().Field(d.field), true
+	// The field alone, without the message around it.
+	d.value = reflect.New(t.Field(d.field).Type).Elem()
+	d.value.Set(m.Elem().Field(d.field))
+	d.ok = true
 	return d
 }
 
