@@ -253,7 +253,18 @@ func TestRuns_ARunGoesWhenNoObjectHoldsIt(t *testing.T) {
 	runtime.GC()
 	s := &runs.shards[h%runShards]
 	s.mu.Lock()
-	w := s.m[runKey{path, string(bytes)}]
+	w := s.m[runKey{h, path}]
 	s.mu.Unlock()
 	assert.Nil(t, w.Value(), "the run has gone")
+}
+
+func TestRuns_TwoRunsOfOneHashAreEachTheirOwn(t *testing.T) {
+	path := string(protowire.AppendVarint(nil, 12346))
+	a := []byte("one run that only this test makes, 0123456789")
+	b := []byte("another run that only this test makes, 01234")
+	ra := runs.intern(42, path, a)
+	rb := runs.intern(42, path, b)
+	assert.Equal(t, string(a), ra.bytes)
+	assert.Equal(t, string(b), rb.bytes, "not the run of the same hash")
+	assert.Same(t, ra, runs.intern(42, path, a))
 }

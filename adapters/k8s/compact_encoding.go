@@ -121,9 +121,13 @@ type run struct {
 	decoded atomic.Pointer[decodedRun]
 }
 
-// runKey is what identifies a run: the same bytes at two paths are two
-// runs, as they may decode into different fields.
-type runKey struct{ path, bytes string }
+// runKey is what finds a run: the hash of its bytes, and its path (the
+// same bytes at two paths are two runs, as they may decode into
+// different fields).
+type runKey struct {
+	hash uint64
+	path string
+}
 
 // runs interns the shared runs of the whole process. A run goes when no
 // object refers to it (after a GC), and its entry soon after.
@@ -139,20 +143,24 @@ type runTable struct {
 	}
 }
 
-// intern returns the run of bytes b at path, whose hash is h, making it
-// if there is none. It keeps neither b nor path.
+// intern returns the run of bytes b at path, whose hash (with runSeed)
+// is h, making it if there is none. It keeps neither b nor path. Should
+// two runs of one path have one hash, the second is not interned.
 func (t *runTable) intern(h uint64, path string, b []byte) *run {
 	s := &t.shards[h%runShards]
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if r := s.m[runKey{path, unsafe.String(unsafe.SliceData(b), len(b))}].Value(); r != nil {
-		return r
+	if r := s.m[runKey{h, path}].Value(); r != nil {
+		if r.bytes == string(b) {
+			return r
+		}
+		return &run{bytes: string(b), path: strings.Clone(path)}
 	}
 	if s.m == nil {
 		s.m = make(map[runKey]weak.Pointer[run])
 	}
 	r := &run{bytes: string(b), path: strings.Clone(path)}
-	key := runKey{r.path, r.bytes}
+	key := runKey{h, r.path}
 	s.m[key] = weak.Make(r)
 	runtime.AddCleanup(r, t.forget, key)
 	return r
@@ -161,7 +169,7 @@ func (t *runTable) intern(h uint64, path string, b []byte) *run {
 // forget removes the entry of key once its run has gone, unless another
 // run of key took its place.
 func (t *runTable) forget(key runKey) {
-	s := &t.shards[maphash.String(runSeed, key.bytes)%runShards]
+	s := &t.shards[key.hash%runShards]
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if w, ok := s.m[key]; ok && w.Value() == nil {
@@ -290,12 +298,16 @@ func (k *cut) shared(start, end int, h uint64, num protowire.Number, whole bool)
 // down. It reports false if raw[start:end] is not a message; the caller
 // then holds it as a literal.
 func (k *cut) fields(start, end, depth int) bool {
-	split, ok := k.splitNumbers(start, end)
-	if !ok {
-		return false
-	}
+	// The numbers of the runs so far, and of those in more than one
+	// run; fields of 64 and up are taken as split: no Kubernetes type
+	// has them.
+	var seen, split uint64
+	refs := len(k.refs)
 	for i := start; i < end; {
 		num, typ, n := protowire.ConsumeField(k.raw[i:end])
+		if n < 0 {
+			return false
+		}
 		j := i + n
 		if typ != protowire.BytesType {
 			k.literal(i, j)
@@ -311,37 +323,39 @@ func (k *cut) fields(start, end, depth int) bool {
 			j += n2
 			count++
 		}
-		whole := num < 64 && split&(1<<num) == 0
+		whole := num < 64 && seen&(1<<num) == 0
+		if num < 64 {
+			if !whole {
+				split |= 1 << num
+			}
+			seen |= 1 << num
+		}
 		k.run(i, j, count, depth, num, -1, whole)
 		i = j
+	}
+	if split != 0 {
+		k.unsplit(refs, split)
 	}
 	return true
 }
 
-// splitNumbers parses the message raw[start:end] and returns the field
-// numbers below 64 that it holds in more than one run (a run being
-// consecutive fields of one number), as a bit set. ok is false if
-// raw[start:end] is not a message. Fields of 64 and up are taken as
-// split: no Kubernetes type has them.
-func (k *cut) splitNumbers(start, end int) (split uint64, ok bool) {
-	var seen uint64
-	last := protowire.Number(-1)
-	for i := start; i < end; {
-		num, _, n := protowire.ConsumeField(k.raw[i:end])
-		if n < 0 {
-			return 0, false
-		}
-		i += n
-		if num == last || num >= 64 {
+// unsplit takes the path off the runs from refs[from] on that are under
+// a field of the message being cut whose number is in split: their
+// field was in more than one run, and a read cannot decode them apart.
+// Encoders do not split fields; this is for encodings that do.
+func (k *cut) unsplit(from int, split uint64) {
+	for i := from; i < len(k.refs); i++ {
+		r := k.refs[i].run
+		if len(r.path) <= len(k.path) || r.path[:len(k.path)] != string(k.path) {
 			continue
 		}
-		last = num
-		if seen&(1<<num) != 0 {
-			split |= 1 << num
+		num, n := protowire.ConsumeVarint([]byte(r.path[len(k.path):]))
+		if n < 0 || num >= 64 || split&(1<<num) == 0 {
+			continue
 		}
-		seen |= 1 << num
+		b := unsafe.Slice(unsafe.StringData(r.bytes), len(r.bytes))
+		k.refs[i].run = runs.intern(maphash.String(runSeed, r.bytes), "", b)
 	}
-	return split, true
 }
 
 // run cuts a run of count length-delimited fields of number num. entry
