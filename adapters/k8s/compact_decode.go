@@ -27,11 +27,10 @@ import (
 // rules: a message's fields of one number, all in one run (the cut only
 // records a path for those), decode into the same Go field whatever
 // else the message holds, and decoding them alone into an empty message
-// gives that field. A run whose path the type does not have, or whose
-// field is not a message, a slice of messages or the last field of the
-// path, is put back as bytes, as before.
+// gives that field. A run whose path the type does not have (through a
+// map, a string or a scalar) is put back as bytes, as before.
 //
-// A decoded run lives as long as its run: until no object refers to it.
+// A decoded run lives as long as its run (compact_runs.go).
 
 // fieldPath is the path of a run in an object's encoding: for each
 // message the run is in, from the object down, the field's number and
