@@ -42,6 +42,16 @@ func podsOf(each int, pod func(app string, i int) *corev1.Pod) []*corev1.Pod {
 	return pods
 }
 
+// roomyCompactLW returns a compactLW whose table of runs seen has room
+// enough that no run of a test loses its slot to another (which would
+// hold it as a literal once more, and make which runs are shared a
+// matter of the hash seed).
+func roomyCompactLW() *compactLW[*corev1.Pod] {
+	c := CompactListWatcher[*corev1.Pod](plainLW{}, newPod, nil).(*compactLW[*corev1.Pod])
+	c.chunks.reserve(1 << 16)
+	return c
+}
+
 // decodedRefs counts the runs of c that reads decode apart.
 func decodedRefs(c *Compact[*corev1.Pod]) int {
 	n := 0
@@ -70,7 +80,7 @@ func TestCompact_EveryReadEqualsTheObjectStored(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			c := CompactListWatcher[*corev1.Pod](plainLW{}, newPod, nil).(*compactLW[*corev1.Pod])
+			c := roomyCompactLW()
 			compacts := make([]*Compact[*corev1.Pod], len(tt.pods))
 			for i, p := range tt.pods {
 				var err error
@@ -100,7 +110,7 @@ func TestCompact_EveryReadEqualsTheObjectStored(t *testing.T) {
 }
 
 func TestCompact_ObjectSharesNothingAndSharedSharesTheRuns(t *testing.T) {
-	c := CompactListWatcher[*corev1.Pod](plainLW{}, newPod, nil).(*compactLW[*corev1.Pod])
+	c := roomyCompactLW()
 	var compacts []*Compact[*corev1.Pod]
 	for i := range 3 {
 		cobj, err := c.compact(clusterPod("web", i))
@@ -134,7 +144,7 @@ func TestCompact_ObjectSharesNothingAndSharedSharesTheRuns(t *testing.T) {
 }
 
 func TestCompact_ReadsThroughAPathTheTypeDoesNotHaveDecodeTheWhole(t *testing.T) {
-	c := CompactListWatcher[*corev1.Pod](plainLW{}, newPod, nil).(*compactLW[*corev1.Pod])
+	c := roomyCompactLW()
 	_, err := c.compact(clusterPod("web", 0))
 	require.NoError(t, err)
 	cobj, err := c.compact(clusterPod("web", 1))
@@ -184,7 +194,7 @@ func TestCompact_AFieldInTwoRunsIsDecodedAsAWhole(t *testing.T) {
 	require.NoError(t, want.Unmarshal(raw))
 	require.Len(t, want.Spec.Containers, 2)
 
-	c := CompactListWatcher[*corev1.Pod](plainLW{}, newPod, nil).(*compactLW[*corev1.Pod])
+	c := roomyCompactLW()
 	_, err = c.compactEncoded(pod("node-1"))
 	require.NoError(t, err)
 	cobj, err := c.compactEncoded(raw)
@@ -214,7 +224,7 @@ func TestAppendFiller_IsAFieldOfExactlyTheLengthAskedThatUnmarshalSkips(t *testi
 }
 
 func TestCompact_SharedAndObjectReadConcurrently(t *testing.T) {
-	c := CompactListWatcher[*corev1.Pod](plainLW{}, newPod, nil).(*compactLW[*corev1.Pod])
+	c := roomyCompactLW()
 	var pods []*corev1.Pod
 	var compacts []*Compact[*corev1.Pod]
 	for i := range 40 {
