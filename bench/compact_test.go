@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"runtime"
 	"slices"
 	"sync"
@@ -95,8 +96,16 @@ func BenchmarkCompact_Read(b *testing.B) {
 			}
 			return p
 		},
+		"compact-shared": func(k k8s.Key) *corev1.Pod {
+			c, _ := compact.GetByKey(k)
+			p, err := c.Shared()
+			if err != nil {
+				b.Fatal(err)
+			}
+			return p
+		},
 	}
-	for _, impl := range []string{"default", "compact"} {
+	for _, impl := range []string{"default", "compact", "compact-shared"} {
 		get := gets[impl]
 		b.Run("op=get/impl="+impl, func(b *testing.B) {
 			b.ReportAllocs()
@@ -128,8 +137,17 @@ func BenchmarkCompact_Read(b *testing.B) {
 			}
 			return len(l)
 		},
+		"compact-shared": func(ns string) int {
+			l, _ := compact.ByIndex(k8s.NamespaceIndex, ns)
+			for _, c := range l {
+				if _, err := c.Shared(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			return len(l)
+		},
 	}
-	for _, impl := range []string{"default", "compact"} {
+	for _, impl := range []string{"default", "compact", "compact-shared"} {
 		list := lists[impl]
 		b.Run("op=list-namespace/impl="+impl, func(b *testing.B) {
 			b.ReportAllocs()
@@ -193,6 +211,64 @@ func BenchmarkCompact_Sync(b *testing.B) {
 					b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "pods/s")
 				})
 			}
+		}
+	}
+}
+
+// TestCompact_EveryReadEqualsThePodStored reads every Pod of a compact
+// informer with Object and with Shared, twice (the second time the
+// shared runs are decoded already), and compares each read with the Pod
+// the source holds, for bench's realistic and varied Pods, with and
+// without managedFields.
+func TestCompact_EveryReadEqualsThePodStored(t *testing.T) {
+	const n = 400 // 20 ReplicaSets
+	for _, gen := range []struct {
+		name string
+		pod  func(int) *corev1.Pod
+	}{{"realistic", realisticPod}, {"varied", variedPod}} {
+		for _, strip := range []bool{false, true} {
+			t.Run(fmt.Sprintf("pods=%s/stripped=%t", gen.name, strip), func(t *testing.T) {
+				w := &wirePods{proto: make([][]byte, n)}
+				want := make(map[k8s.Key]*corev1.Pod, n)
+				for i := range n {
+					p := gen.pod(i)
+					if strip {
+						p.ManagedFields = nil
+					}
+					b, err := p.Marshal()
+					if err != nil {
+						t.Fatal(err)
+					}
+					w.proto[i] = b
+					p = new(corev1.Pod)
+					if err := p.Unmarshal(b); err != nil {
+						t.Fatal(err)
+					}
+					want[k8s.Key{Namespace: p.Namespace, Name: p.Name}] = p
+				}
+				inf, stop := runCompactPods(w, nil, false)
+				defer stop()
+				if inf.Len() != n {
+					t.Fatalf("%d Pods cached, want %d", inf.Len(), n)
+				}
+				for range 2 {
+					for key, p := range want {
+						c, ok := inf.GetByKey(key)
+						if !ok {
+							t.Fatalf("%s not cached", key)
+						}
+						for read, get := range map[string]func() (*corev1.Pod, error){"Object": c.Object, "Shared": c.Shared} {
+							got, err := get()
+							if err != nil {
+								t.Fatalf("%s: %s: %v", key, read, err)
+							}
+							if !reflect.DeepEqual(p, got) {
+								t.Fatalf("%s: %s: not the Pod stored", key, read)
+							}
+						}
+					}
+				}
+			})
 		}
 	}
 }

@@ -334,8 +334,12 @@ func BenchmarkInformer_HeapPerPod(b *testing.B) {
 			}},
 			{"form=compact/impl=mirror", func() func() { return startCompactPods(w, nil) }},
 			{"form=compact-stripped/impl=mirror", func() func() { return startCompactPods(w, k8s.StripManagedFields[*corev1.Pod]) }},
+			// Every Pod read with Object and with Shared: the heap then
+			// holds the shared runs decoded, once each.
+			{"form=compact-read/impl=mirror", func() func() { return startCompactPodsAndRead(w) }},
 			{"form=varied/impl=client-go", func() func() { return startClientGoPods(varied(), nil) }},
 			{"form=varied-compact/impl=mirror", func() func() { return startCompactPods(varied(), nil) }},
+			{"form=varied-compact-read/impl=mirror", func() func() { return startCompactPodsAndRead(varied()) }},
 			{"form=metadata/impl=mirror", func() func() {
 				return startMirrorPods(podSource[*metav1.PartialObjectMetadata]{w, newMeta}, nil)
 			}},
@@ -361,6 +365,21 @@ func BenchmarkInformer_HeapPerPod(b *testing.B) {
 			})
 		}
 	}
+}
+
+// startCompactPodsAndRead starts a compact informer of the Pods and reads
+// each of them with Object and with Shared.
+func startCompactPodsAndRead(w *wirePods) func() {
+	inf, stop := runCompactPods(w, nil, false)
+	for _, c := range inf.List() {
+		if _, err := c.Object(); err != nil {
+			panic(err)
+		}
+		if _, err := c.Shared(); err != nil {
+			panic(err)
+		}
+	}
+	return stop
 }
 
 // thousands writes n as "10k".

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -53,11 +54,14 @@ type ProtoObject interface {
 // across the objects of one template, cost little. The trade-off is CPU:
 // Object decodes on every call, so a Get costs a decode and a List of n
 // objects n decodes, where a default cache shares one object with every
-// reader; and a CompactListWatcher encodes every object it lists or
-// watches again, unless its source hands out the encodings as they
-// arrived (EncodedListWatcher), in which case it decodes none. The cache
-// suits large caches read by key at a modest rate, not controllers that
-// read whole namespaces on every reconcile.
+// reader. Shared is cheaper: it decodes a shared run once, the first
+// time it reads it, holds it decoded as long as the run, and hands out
+// that one decoded value, so that it costs about the decode of the
+// object's own bytes. And a CompactListWatcher encodes every object it
+// lists or watches again, unless its source hands out the encodings as
+// they arrived (EncodedListWatcher), in which case it decodes none. The
+// cache suits large caches read by key at a modest rate, not controllers
+// that read whole namespaces on every reconcile.
 type Compact[T ProtoObject] struct {
 	key Key
 	// rv, uid and labels share the encoding's memory.
@@ -87,14 +91,38 @@ func (c *Compact[T]) Len() int { return c.enc.len() }
 // object, which the caller owns and may modify. It fails only if the
 // encoding cannot be decoded, which a Compact made by CompactListWatcher
 // never has.
-func (c *Compact[T]) Object() (T, error) {
+func (c *Compact[T]) Object() (T, error) { return c.object(nil) }
+
+// Shared decodes the object and returns it, as Object does, except that
+// the parts the object shares with others (such as the containers,
+// volumes, labels and owner references of a ReplicaSet's Pods) are
+// decoded once and shared by every object Shared returns, as the objects
+// of a default cache share everything. The caller must not modify the
+// object, not even the parts of it that are its own: which are shared
+// depends on what other objects hold. It is cheaper than Object, which
+// decodes the whole encoding.
+func (c *Compact[T]) Shared() (T, error) { return c.object(rootType[T]()) }
+
+// rootType returns the struct type T points to, or nil if T is not a
+// pointer to a struct.
+func rootType[T any]() reflect.Type {
+	t := reflect.TypeFor[T]()
+	if t.Kind() != reflect.Pointer || t.Elem().Kind() != reflect.Struct {
+		return nil
+	}
+	return t.Elem()
+}
+
+// object decodes the object, sharing the decoded runs if root is set
+// (see compact_decode.go).
+func (c *Compact[T]) object(root reflect.Type) (T, error) {
 	obj := c.newT()
-	buf := bufs.Get().(*[]byte)
-	b := c.enc.appendTo((*buf)[:0])
-	err := obj.Unmarshal(b)
-	if cap(b) <= maxPooled {
-		*buf = b[:0]
-		bufs.Put(buf)
+	err := c.enc.decode(obj, root)
+	if root != nil && errors.Is(err, errPath) {
+		// The encoding holds a decoded run's path in a form the type
+		// does not: decode all of it.
+		obj = c.newT()
+		err = c.enc.decode(obj, nil)
 	}
 	if err != nil {
 		var zero T

@@ -6,7 +6,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"unique"
 	"unsafe"
 
 	"google.golang.org/protobuf/encoding/protowire"
@@ -16,9 +15,9 @@ import (
 // own, and chunks shared with other objects. Objects made from one
 // template (the Pods of a ReplicaSet, the Pods of a DaemonSet, objects
 // with the same labels, owner, tolerations or containers) repeat most of
-// their encoding; each repeated run of fields is held once, interned by
-// the unique package, and an object refers to it. Interned chunks go when
-// no object refers to them any more.
+// their encoding; each repeated run of fields is held once, interned in
+// a table of weak references (runs), and an object refers to it.
+// Interned runs go when no object refers to them any more.
 //
 // The cut needs no schema. It walks the encoding's fields as protobuf
 // wire format, groups a message's consecutive fields of one number (a
@@ -33,6 +32,14 @@ import (
 // them seen; the second and later share them. The table is direct
 // mapped and keeps the 64-bit hash of each run: a run whose slot another
 // took is held as a literal once more and remembered again.
+//
+// A shared run that is the whole of a field (all of a message's entries
+// of one number, and a number no other run of the message has) also
+// records where it sits: its field path, the numbers of the fields (and
+// the index of the entry, for repeated ones) from the object down to
+// it. A read can then decode the run once, into the Go field at that
+// path, and share what it decoded instead of parsing the bytes again
+// (compact_decode.go).
 
 const (
 	// minChunk is the size below which a run stays literal: a reference
@@ -54,7 +61,7 @@ type chunker struct {
 }
 
 func newChunker() *chunker {
-	c := &chunker{seed: maphash.MakeSeed()}
+	c := &chunker{seed: runSeed}
 	t := make([]atomic.Uint64, minSlots)
 	c.seen.Store(&t)
 	return c
@@ -94,11 +101,11 @@ func (c *chunker) seenBefore(h uint64) bool {
 	return false
 }
 
-// ref is a shared chunk, put back at offset at of an object's literal
+// ref is a shared run, put back at offset at of an object's literal
 // bytes.
 type ref struct {
-	at    int32
-	chunk unique.Handle[string]
+	at  int32
+	run *run
 }
 
 // encoding is an object's protobuf encoding, cut.
@@ -111,7 +118,7 @@ type encoding struct {
 func (e *encoding) len() int {
 	n := len(e.lit)
 	for _, r := range e.refs {
-		n += len(r.chunk.Value())
+		n += len(r.run.bytes)
 	}
 	return n
 }
@@ -125,7 +132,7 @@ func (e *encoding) appendTo(b []byte) []byte {
 	at := 0
 	for _, r := range e.refs {
 		b = append(b, e.lit[at:r.at]...)
-		b = append(b, r.chunk.Value()...)
+		b = append(b, r.run.bytes...)
 		at = int(r.at)
 	}
 	return append(b, e.lit[at:]...)
@@ -145,6 +152,11 @@ type cut struct {
 	lit  []byte
 	refs []ref
 	segs []segment
+	// path is the field path of the message being cut (see fieldPath),
+	// and onPath whether a read can follow it: false below a field that
+	// is not the whole of its number in its message.
+	path   []byte
+	onPath bool
 }
 
 var cuts = sync.Pool{New: func() any { return new(cut) }}
@@ -157,7 +169,7 @@ const maxPooled = 64 << 10
 // if raw is not a protobuf message.
 func (c *chunker) encode(raw []byte) (_ encoding, k *cut, ok bool) {
 	k = cuts.Get().(*cut)
-	k.c, k.raw = c, raw
+	k.c, k.raw, k.onPath = c, raw, true
 	if !k.fields(0, len(raw), 0) {
 		k.release()
 		return encoding{}, nil, false
@@ -176,8 +188,8 @@ func (k *cut) release() {
 	if cap(k.lit) > maxPooled {
 		k.lit = nil
 	}
-	clear(k.refs) // the handles keep chunks alive
-	k.c, k.raw, k.lit, k.refs, k.segs = nil, nil, k.lit[:0], k.refs[:0], k.segs[:0]
+	clear(k.refs) // the refs keep runs alive
+	k.c, k.raw, k.lit, k.refs, k.segs, k.path = nil, nil, k.lit[:0], k.refs[:0], k.segs[:0], k.path[:0]
 	cuts.Put(k)
 }
 
@@ -194,20 +206,30 @@ func (k *cut) literal(start, end int) {
 	k.lit = append(k.lit, k.raw[start:end]...)
 }
 
-// shared refers to raw[start:end] as a shared chunk.
-func (k *cut) shared(start, end int) {
-	b := k.raw[start:end]
-	// unique.Make copies a string it has not seen before, so the string
-	// may share raw's memory for the lookup.
-	h := unique.Make(unsafe.String(&b[0], len(b)))
+// shared refers to raw[start:end], of hash h, as a shared run; whole is
+// set if it is the whole of field num of the message being cut.
+func (k *cut) shared(start, end int, h uint64, num protowire.Number, whole bool) {
+	var path string
+	if whole && k.onPath {
+		n := len(k.path)
+		k.path = protowire.AppendVarint(k.path, uint64(num))
+		path = unsafe.String(unsafe.SliceData(k.path), len(k.path)) // intern copies it
+		defer func() { k.path = k.path[:n] }()
+	}
+	r := runs.intern(h, path, k.raw[start:end])
 	k.segs = append(k.segs, segment{start: start, end: end, lit: len(k.lit), ref: len(k.refs)})
-	k.refs = append(k.refs, ref{at: int32(len(k.lit)), chunk: h})
+	k.refs = append(k.refs, ref{at: int32(len(k.lit)), run: r})
 }
 
 // fields cuts the message raw[start:end], whose fields are depth levels
 // down. It reports false if raw[start:end] is not a message; the caller
 // then holds it as a literal.
 func (k *cut) fields(start, end, depth int) bool {
+	// The numbers of the runs so far, and of those in more than one
+	// run; fields of 64 and up are taken as split: no Kubernetes type
+	// has them.
+	var seen, split uint64
+	refs := len(k.refs)
 	for i := start; i < end; {
 		num, typ, n := protowire.ConsumeField(k.raw[i:end])
 		if n < 0 {
@@ -228,27 +250,61 @@ func (k *cut) fields(start, end, depth int) bool {
 			j += n2
 			count++
 		}
-		k.run(i, j, count, depth)
+		whole := num < 64 && seen&(1<<num) == 0
+		if num < 64 {
+			if !whole {
+				split |= 1 << num
+			}
+			seen |= 1 << num
+		}
+		k.run(i, j, count, depth, num, -1, whole)
 		i = j
+	}
+	if split != 0 {
+		k.unsplit(refs, split)
 	}
 	return true
 }
 
-// run cuts a run of count length-delimited fields of one number.
-func (k *cut) run(start, end, count, depth int) {
+// unsplit takes the path off the runs from refs[from] on that are under
+// a field of the message being cut whose number is in split: their
+// field was in more than one run, and a read cannot decode them apart.
+// Encoders do not split fields; this is for encodings that do.
+func (k *cut) unsplit(from int, split uint64) {
+	for i := from; i < len(k.refs); i++ {
+		r := k.refs[i].run
+		if len(r.path) <= len(k.path) || r.path[:len(k.path)] != string(k.path) {
+			continue
+		}
+		num, n := protowire.ConsumeVarint([]byte(r.path[len(k.path):]))
+		if n < 0 || num >= 64 || split&(1<<num) == 0 {
+			continue
+		}
+		b := unsafe.Slice(unsafe.StringData(r.bytes), len(r.bytes))
+		k.refs[i].run = runs.intern(maphash.String(runSeed, r.bytes), "", b)
+	}
+}
+
+// run cuts a run of count length-delimited fields of number num. entry
+// is the index of the run's field among the run of num it came from, if
+// it is one of several, and -1 if it is all of them; whole is set if no
+// other run of the message has the number.
+func (k *cut) run(start, end, count, depth int, num protowire.Number, entry int, whole bool) {
 	if end-start < minChunk {
 		k.literal(start, end)
 		return
 	}
-	if k.c.seenBefore(maphash.Bytes(k.c.seed, k.raw[start:end])) {
-		k.shared(start, end)
+	h := maphash.Bytes(k.c.seed, k.raw[start:end])
+	if k.c.seenBefore(h) {
+		k.shared(start, end, h, num, whole && entry < 0)
 		return
 	}
 	if count > 1 {
 		// The run is new; its fields may not be.
-		for i := start; i < end; {
+		e := 0
+		for i := start; i < end; e++ {
 			_, _, n := protowire.ConsumeField(k.raw[i:end])
-			k.run(i, i+n, 1, depth)
+			k.run(i, i+n, 1, depth, num, e, whole)
 			i += n
 		}
 		return
@@ -256,8 +312,13 @@ func (k *cut) run(start, end, count, depth int) {
 	if depth < maxDepth {
 		body, _ := value(k.raw, start)
 		lit, refs, segs := len(k.lit), len(k.refs), len(k.segs)
+		path, onPath := len(k.path), k.onPath
+		k.path = protowire.AppendVarint(protowire.AppendVarint(k.path, uint64(num)), uint64(entry+1))
+		k.onPath = onPath && whole
 		k.literal(start, body)
-		if k.fields(body, end, depth+1) {
+		ok := k.fields(body, end, depth+1)
+		k.path, k.onPath = k.path[:path], onPath
+		if ok {
 			return
 		}
 		// Not a message: undo what the attempt appended.
@@ -283,7 +344,7 @@ func (e *encoding) locate(segs []segment, start, end int) (s string, ok bool) {
 			off := g.lit + start - g.start
 			return e.lit[off : off+end-start], true
 		}
-		v := e.refs[g.ref].chunk.Value()
+		v := e.refs[g.ref].run.bytes
 		return v[start-g.start : end-g.start], true
 	}
 	return "", false
