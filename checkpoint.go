@@ -58,6 +58,18 @@ type checkpointSeam[T any] interface {
 	// fill has said, through reserve, how many to expect. If fill or a
 	// put fails, the cache is left empty and restore returns the error.
 	restore(fill func(reserve func(n int), put func(obj T) error) error) error
+	// listFirst reports whether the Reflector, started from the
+	// checkpoint's version while it loads, has begun a list before it
+	// queued anything else (a change, a bookmark): the source no longer
+	// has that version. If it returns true, the informer has committed to
+	// applying that list as its first (and must be given the checkpoint
+	// as a checkpointIndex, its cache left empty); it returns false if
+	// the informer cannot compare a list with an index (see index).
+	listFirst() bool
+	// index returns each object's key and version for the checkpoint
+	// file, or nil if the informer's keys are not strings or it has no
+	// ResourceVersion.
+	index() func(T) (key, version string)
 }
 
 // checkpointer is an informer's checkpoint machinery.
@@ -93,36 +105,64 @@ func newCheckpointer[T any](seam checkpointSeam[T], name string, report func(err
 // version; on failure it reports why, leaves the cache empty and returns
 // "". Once it has read the checkpoint's version, before its objects, it
 // calls begin, if not nil, with it.
-func (c *checkpointer[T]) load(begin func(rv string)) string {
+//
+// If, while it fills the cache, the Reflector begins a list before
+// anything else (the source no longer has the version: see
+// checkpointSeam.listFirst), it stops, leaves the cache empty and returns
+// the version with the checkpoint as an index, to tell the list's
+// differences from it rather than to serve as the cache's state.
+func (c *checkpointer[T]) load(begin func(rv string)) (string, *checkpointIndex[T]) {
 	// No write has started yet: any temporary file is a crash's.
 	removeStaleTemps(c.path)
-	var h checkpointHeader
+	var f *checkpointFile
 	err := c.seam.restore(func(reserve func(int), put func(T) error) error {
 		var err error
-		h, err = loadCheckpoint(c.path, c.identity, c.codec, func(h checkpointHeader, n int) {
-			reserve(n)
+		f, err = readCheckpointFile(c.path, c.identity, func(h checkpointHeader, n int) {
 			if begin != nil && h.version != "" {
 				begin(h.version)
 			}
-		}, put)
-		if err == nil && h.version == "" {
-			err = &CheckpointError{Op: "load", Path: c.path, Err: fmt.Errorf("%w: no version", ErrCheckpointInvalid)}
+			reserve(n)
+		})
+		if err != nil {
+			return &CheckpointError{Op: "load", Path: c.path, Err: err}
+		}
+		if f.header.version == "" {
+			return &CheckpointError{Op: "load", Path: c.path, Err: fmt.Errorf("%w: no version", ErrCheckpointInvalid)}
+		}
+		var stop func() bool
+		if f.indexed {
+			stop = c.seam.listFirst
+		}
+		err = decodeRecords(f, c.codec, checkListEvery, stop, put)
+		if err != nil && !errors.Is(err, errStopped) {
+			err = &CheckpointError{Op: "load", Path: c.path, Err: err}
 		}
 		return err
 	})
 	if errors.Is(err, fs.ErrNotExist) {
 		// A first start: nothing went wrong.
 		c.logger.Info("no checkpoint yet, listing", "path", c.path)
-		return ""
+		return "", nil
+	}
+	if errors.Is(err, errStopped) {
+		h := f.header
+		c.logger.Info("resuming from a checkpoint whose version the source no longer has: listing",
+			"path", c.path, "objects", h.count, "resourceVersion", h.version, "written", h.writtenAt)
+		return h.version, &checkpointIndex[T]{file: f, codec: c.codec, path: c.path}
 	}
 	if err != nil {
 		c.report(err)
-		return ""
+		return "", nil
 	}
+	h := f.header
 	c.logger.Info("resuming from a checkpoint", "path", c.path, "objects", h.count,
 		"resourceVersion", h.version, "written", h.writtenAt)
-	return h.version
+	return h.version, nil
 }
+
+// checkListEvery is how many objects a load decodes between two looks at
+// whether the Reflector has begun a list.
+const checkListEvery = 1024
 
 // restore fills the cache from a checkpoint (see checkpointSeam). If a
 // handler registered so far is to be handed the checkpoint's objects, it
@@ -210,8 +250,8 @@ type earlyReflector struct {
 }
 
 // startEarly starts r from rv, as resumeFrom says, until ctx ends or stop.
-func startEarly[T any](ctx context.Context, r *Reflector[T], rv string, resumed func()) *earlyReflector {
-	r.resumeFrom(rv, resumed)
+func startEarly[T any](ctx context.Context, r *Reflector[T], rv string, resumed, relisting func()) *earlyReflector {
+	r.resumeFrom(rv, resumed, relisting)
 	ctx, cancel := context.WithCancel(ctx)
 	e := &earlyReflector{cancel: cancel, done: make(chan struct{})}
 	go func() {
@@ -270,7 +310,7 @@ func (c *checkpointer[T]) write(ctx context.Context) {
 		return
 	}
 	h := checkpointHeader{identity: c.identity, version: rv, writtenAt: time.Now(), count: len(objs)}
-	if err := writeCheckpoint(c.path, h, slices.Values(objs), c.codec); err != nil {
+	if err := writeIndexedCheckpoint(c.path, h, slices.Values(objs), c.codec, c.seam.index()); err != nil {
 		c.report(err)
 	}
 }
