@@ -150,11 +150,12 @@ func (inf *Informer[K, T]) resumeListing(x *checkpointIndex[T]) {
 }
 
 // listedSinceCheckpoint tells the listeners following the checkpoint of
-// obj, listed under key while the cache did not hold key: what changed
-// since the checkpoint. It belongs to the goroutine applying.
-func (inf *Informer[K, T]) listedSinceCheckpoint(key K, obj T) {
+// obj, listed under key while the cache did not hold key, with origin:
+// what changed since the checkpoint. initial says that the list completes
+// the informer's first sync. It belongs to the goroutine applying.
+func (inf *Informer[K, T]) listedSinceCheckpoint(key K, obj T, initial bool, origin Origin) {
 	x := inf.behind
-	n := notification[K, T]{kind: notifyAdd, key: key, obj: obj, origin: OriginRelist, audience: audienceChanges}
+	n := notification[K, T]{kind: notifyAdd, key: key, obj: obj, initial: initial, origin: origin, audience: audienceChanges}
 	i, ok := x.find(any(key).(string))
 	if !ok {
 		inf.proc.distribute(n, false)
@@ -171,18 +172,18 @@ func (inf *Informer[K, T]) listedSinceCheckpoint(key K, obj T) {
 		return
 	}
 	if !inf.sameObject(old, obj) {
-		inf.proc.distribute(notification[K, T]{kind: notifyDelete, key: key, obj: old, unknown: true, origin: OriginRelist, audience: audienceChanges}, false)
+		inf.proc.distribute(notification[K, T]{kind: notifyDelete, key: key, obj: old, unknown: true, origin: origin, audience: audienceChanges}, false)
 		inf.proc.distribute(n, false)
 		return
 	}
-	n.kind, n.old = notifyUpdate, old
+	n.kind, n.old, n.initial = notifyUpdate, old, false
 	inf.proc.distribute(n, false)
 }
 
 // deletedSinceCheckpoint tells the listeners following the checkpoint of
-// the deletion of each of its keys no list found, and lets the checkpoint
-// go. It belongs to the goroutine applying.
-func (inf *Informer[K, T]) deletedSinceCheckpoint() {
+// the deletion, with origin, of each of its keys no list found, and lets
+// the checkpoint go. It belongs to the goroutine applying.
+func (inf *Informer[K, T]) deletedSinceCheckpoint(origin Origin) {
 	x := inf.behind
 	inf.behind = nil
 	for key, i := range x.unlisted {
@@ -192,7 +193,7 @@ func (inf *Informer[K, T]) deletedSinceCheckpoint() {
 			inf.reportIndexed(x, k, err)
 			continue
 		}
-		inf.proc.distribute(notification[K, T]{kind: notifyDelete, key: k, obj: old, unknown: true, origin: OriginRelist, audience: audienceChanges}, false)
+		inf.proc.distribute(notification[K, T]{kind: notifyDelete, key: k, obj: old, unknown: true, origin: origin, audience: audienceChanges}, false)
 	}
 }
 

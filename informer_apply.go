@@ -213,7 +213,7 @@ func (inf *Informer[K, T]) applyListEnd(initial bool) {
 		inf.applyReplace(&l.staged, initial)
 	}
 	if inf.behind != nil {
-		inf.deletedSinceCheckpoint()
+		inf.deletedSinceCheckpoint(listOrigin(initial))
 	}
 }
 
@@ -275,7 +275,7 @@ func (inf *Informer[K, T]) applySet(key K, obj T, listed, initial bool, origin O
 		// The listeners following the checkpoint are told what changed
 		// since, the others are handed the state listed.
 		inf.proc.distribute(notification[K, T]{kind: notifyAdd, key: key, obj: obj, initial: initial, origin: origin, audience: audienceState}, false)
-		inf.listedSinceCheckpoint(key, obj)
+		inf.listedSinceCheckpoint(key, obj, initial, origin)
 		return
 	}
 	if existed && inf.opts.SameObject != nil {
