@@ -117,11 +117,12 @@ func (c *checkpointer[T]) load(begin func(rv string)) (string, *checkpointIndex[
 	var f *checkpointFile
 	err := c.seam.restore(func(reserve func(int), put func(T) error) error {
 		var err error
+		room := 0
 		f, err = readCheckpointFile(c.path, c.identity, func(h checkpointHeader, n int) {
 			if begin != nil && h.version != "" {
 				begin(h.version)
 			}
-			reserve(n)
+			room = n
 		})
 		if err != nil {
 			return &CheckpointError{Op: "load", Path: c.path, Err: err}
@@ -133,7 +134,15 @@ func (c *checkpointer[T]) load(begin func(rv string)) (string, *checkpointIndex[
 		if f.indexed {
 			stop = c.seam.listFirst
 		}
-		err = decodeRecords(f, c.codec, checkListEvery, stop, put)
+		// Room for the objects is made with the first: a load that
+		// stops at once (listFirst) makes none.
+		err = decodeRecords(f, c.codec, checkListEvery, stop, func(obj T) error {
+			if room > 0 {
+				reserve(room)
+				room = 0
+			}
+			return put(obj)
+		})
 		if err != nil && !errors.Is(err, errStopped) {
 			err = &CheckpointError{Op: "load", Path: c.path, Err: err}
 		}

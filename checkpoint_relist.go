@@ -1,8 +1,8 @@
 package mirror
 
 import (
-	"encoding/binary"
 	"fmt"
+	"hash/maphash"
 )
 
 // A resumed informer starts its Reflector from the checkpoint's version
@@ -33,55 +33,86 @@ type checkpointIndex[T any] struct {
 	file  *checkpointFile
 	codec Codec[T]
 	path  string
-	// Set by build: the objects' records by key, their file's bytes as
-	// a string (which the keys are parts of), and whether each was
-	// listed.
-	keys   map[string]int32
-	recs   []indexedRecord
-	data   string
-	listed []uint64
-}
-
-// indexedRecord is one object of a checkpointIndex: its version and its
-// encoding, parts of checkpointIndex.data.
-type indexedRecord struct {
-	version string
-	obj     string
+	// Set by build: the records by their key's hash (byHash: the
+	// record's number, then its version's hash, see hashed), and by key
+	// those whose hash another record's key has (collided); where each
+	// record starts in the file's objects; whether each was listed.
+	seed     maphash.Seed
+	byHash   map[uint64]uint64
+	collided map[string]int32
+	starts   []int
+	listed   []uint64
 }
 
 // build indexes the checkpoint's records by key. Its file, checked when it
-// was read, has its keys and versions (checkpointFile.indexed).
+// was read, has its keys and versions (checkpointFile.indexed). The index
+// holds no key of its own: a record's is read from the file when its
+// hash is found.
 func (x *checkpointIndex[T]) build() {
 	n := x.file.header.count
-	x.data = string(x.file.objects)
-	x.keys = make(map[string]int32, n)
-	x.recs = make([]indexedRecord, 0, n)
+	x.seed = maphash.MakeSeed()
+	x.byHash = make(map[uint64]uint64, n)
+	x.starts = make([]int, 0, n)
 	x.listed = make([]uint64, (n+63)/64)
-	b, pos := x.file.objects, 0
-	x.file = nil
-	field := func() string {
-		v, k := binary.Uvarint(b[pos:])
-		start := pos + k
-		pos = start + int(v)
-		return x.data[start:pos]
-	}
-	for i := range n {
-		key := field()
-		x.recs = append(x.recs, indexedRecord{version: field(), obj: field()})
-		// A key written twice is the cache's bug, not the file's: the
-		// last stands, and the first is never listed, so it is deleted.
-		x.keys[key] = int32(i)
+	r := checkpointBytes{b: x.file.objects}
+	for i := range int32(n) {
+		x.starts = append(x.starts, len(x.file.objects)-len(r.b))
+		key, version := r.field(), r.field()
+		r.field()
+		h := maphash.Bytes(x.seed, key)
+		if _, ok := x.byHash[h]; ok {
+			if x.collided == nil {
+				x.collided = make(map[string]int32)
+			}
+			x.collided[string(key)] = i
+		} else {
+			x.byHash[h] = hashed(i, maphash.Bytes(x.seed, version))
+		}
 	}
 }
 
-// find returns the record of key and marks it listed.
-func (x *checkpointIndex[T]) find(key string) (int, bool) {
-	i, ok := x.keys[key]
-	if ok {
-		x.listed[i/64] |= 1 << (i % 64)
-	}
-	return int(i), ok
+// record returns the key, version and encoding of the i-th record.
+func (x *checkpointIndex[T]) record(i int) (key, version, data []byte) {
+	r := checkpointBytes{b: x.file.objects[x.starts[i]:]}
+	return r.field(), r.field(), r.field()
 }
+
+// hashed packs record i and its version's hash for byHash.
+func hashed(i int32, version uint64) uint64 { return uint64(i)<<32 | version&(1<<32-1) }
+
+// find returns the record of key, if the checkpoint has it, and whether
+// it is at version; it marks it listed.
+//
+// A key whose hash and whose version's hash (96 bits in all) are a
+// record's is taken for that record at that version without reading the
+// record: one look in byHash, where reading the file at a random place
+// for every listed key cost more than the rest of the comparison. Two
+// keys, or versions, differing under equal hashes are so unlikely (about
+// one in 2^96 for a pair) that a restart meets one as rarely as a
+// corrupt file that passes its checksum.
+func (x *checkpointIndex[T]) find(key, version string) (i int, unchanged, ok bool) {
+	if e, found := x.byHash[maphash.String(x.seed, key)]; found {
+		i = int(e >> 32)
+		if e == hashed(int32(i), maphash.String(x.seed, version)) {
+			x.mark(i)
+			return i, true, true
+		}
+		if k, v, _ := x.record(i); string(k) == key {
+			x.mark(i)
+			return i, string(v) == version, true
+		}
+	}
+	if j, found := x.collided[key]; found {
+		i = int(j)
+		x.mark(i)
+		_, v, _ := x.record(i)
+		return i, string(v) == version, true
+	}
+	return 0, false, false
+}
+
+// mark marks record i listed.
+func (x *checkpointIndex[T]) mark(i int) { x.listed[i/64] |= 1 << (i % 64) }
 
 // decode returns the object of the i-th record. The file's checksum
 // matched, so it fails only with a codec that cannot read what it wrote.
@@ -91,14 +122,19 @@ func (x *checkpointIndex[T]) decode(i int) (obj T, err error) {
 			err = panicked(v)
 		}
 	}()
-	return x.codec.Decode([]byte(x.recs[i].obj))
+	_, _, data := x.record(i)
+	return x.codec.Decode(data)
 }
 
-// unlisted yields the keys and records never marked listed.
+// unlisted yields the keys and records never marked listed, in the order
+// they were written.
 func (x *checkpointIndex[T]) unlisted(yield func(key string, i int) bool) {
-	for key, i := range x.keys {
-		if x.listed[i/64]&(1<<(i%64)) == 0 && !yield(key, int(i)) {
-			return
+	for i := range x.starts {
+		if x.listed[i/64]&(1<<(i%64)) == 0 {
+			key, _, _ := x.record(i)
+			if !yield(string(key), i) {
+				return
+			}
 		}
 	}
 }
@@ -156,12 +192,15 @@ func (inf *Informer[K, T]) resumeListing(x *checkpointIndex[T]) {
 func (inf *Informer[K, T]) listedSinceCheckpoint(key K, obj T, initial bool, origin Origin) {
 	x := inf.behind
 	n := notification[K, T]{kind: notifyAdd, key: key, obj: obj, initial: initial, origin: origin, audience: audienceChanges}
-	i, ok := x.find(any(key).(string))
+	// A version that cannot be had matches none: the object is compared
+	// as changed.
+	v, known := inf.versionOf(obj)
+	i, unchanged, ok := x.find(any(key).(string), v)
 	if !ok {
 		inf.proc.distribute(n, false)
 		return
 	}
-	if v, ok := inf.versionOf(obj); ok && v == x.recs[i].version {
+	if unchanged && known {
 		return
 	}
 	old, err := x.decode(i)
