@@ -248,9 +248,30 @@ type checkpointFile struct {
 // the file once every byte of it is checked: the checksum, the count, and
 // that each record lies within it.
 func readCheckpointFile(path, identity string, reserve func(h checkpointHeader, n int)) (*checkpointFile, error) {
-	data, err := os.ReadFile(path)
+	file, err := os.Open(path)
 	if err != nil {
 		return nil, err
+	}
+	defer file.Close()
+	st, err := file.Stat()
+	if err != nil {
+		return nil, err
+	}
+	data := make([]byte, st.Size())
+	// The header first, so that what depends on its version starts while
+	// the rest is read.
+	head := min(len(data), headerPeek)
+	if _, err := io.ReadFull(file, data[:head]); err != nil {
+		return nil, fmt.Errorf("%w: truncated: %w", ErrCheckpointInvalid, err)
+	}
+	if reserve != nil {
+		if h, count, _, rest, err := parseHeader(data[:head], identity); err == nil {
+			reserve(h, int(min(count, uint64(len(data)-(head-len(rest.b))))))
+			reserve = nil
+		}
+	}
+	if _, err := io.ReadFull(file, data[head:]); err != nil {
+		return nil, fmt.Errorf("%w: truncated: %w", ErrCheckpointInvalid, err)
 	}
 	f, err := parseCheckpoint(data, identity, reserve)
 	if err != nil {
@@ -259,37 +280,57 @@ func readCheckpointFile(path, identity string, reserve func(h checkpointHeader, 
 	return f, nil
 }
 
+// headerPeek is how much of a checkpoint is read before its header is
+// parsed: enough for any header but one of an unusually long identity or
+// version, which is parsed once the whole file is read.
+const headerPeek = 4096
+
 var errTruncated = errors.New("truncated")
 
-func parseCheckpoint(data []byte, identity string, reserve func(h checkpointHeader, n int)) (*checkpointFile, error) {
-	var f checkpointFile
-	if len(data) < len(checkpointMagic)+2+4 {
+// parseHeader parses the header at the start of data, up to the count,
+// and checks its magic, format and identity. It returns the header, the
+// count, the format and the rest of data.
+func parseHeader(data []byte, identity string) (h checkpointHeader, count uint64, format uint16, rest checkpointBytes, err error) {
+	if len(data) < len(checkpointMagic)+2 {
 		if len(data) >= len(checkpointMagic) && string(data[:len(checkpointMagic)]) != checkpointMagic {
-			return nil, errors.New("not a checkpoint")
+			return h, 0, 0, rest, errors.New("not a checkpoint")
 		}
-		return nil, errTruncated
+		return h, 0, 0, rest, errTruncated
+	}
+	if string(data[:len(checkpointMagic)]) != checkpointMagic {
+		return h, 0, 0, rest, errors.New("not a checkpoint")
+	}
+	r := checkpointBytes{b: data[len(checkpointMagic):]}
+	format = binary.LittleEndian.Uint16(r.next(2))
+	if format != checkpointFormat && format != checkpointFormatPlain {
+		return h, 0, 0, rest, fmt.Errorf("format %d, this version reads %d and %d", format, checkpointFormatPlain, checkpointFormat)
+	}
+	h.identity = string(r.field())
+	if r.err == nil && h.identity != identity {
+		return h, 0, 0, rest, fmt.Errorf("written for %q, not %q", h.identity, identity)
+	}
+	h.version = string(r.field())
+	if b := r.next(8); b != nil {
+		h.writtenAt = time.Unix(0, int64(binary.LittleEndian.Uint64(b)))
+	}
+	count = r.uvarint()
+	return h, count, format, r, r.err
+}
+
+func parseCheckpoint(data []byte, identity string, reserve func(h checkpointHeader, n int)) (*checkpointFile, error) {
+	if len(data) < len(checkpointMagic)+2+4 {
+		_, _, _, _, err := parseHeader(data, identity)
+		if err == nil {
+			err = errTruncated
+		}
+		return nil, err
 	}
 	body, stored := data[:len(data)-4], binary.LittleEndian.Uint32(data[len(data)-4:])
-	if string(body[:len(checkpointMagic)]) != checkpointMagic {
-		return nil, errors.New("not a checkpoint")
+	h, count, format, r, err := parseHeader(body, identity)
+	if err != nil {
+		return nil, err
 	}
-	r := checkpointBytes{b: body[len(checkpointMagic):]}
-	format := binary.LittleEndian.Uint16(r.next(2))
-	if format != checkpointFormat && format != checkpointFormatPlain {
-		return nil, fmt.Errorf("format %d, this version reads %d and %d", format, checkpointFormatPlain, checkpointFormat)
-	}
-	f.header.identity = string(r.field())
-	if r.err == nil && f.header.identity != identity {
-		return nil, fmt.Errorf("written for %q, not %q", f.header.identity, identity)
-	}
-	f.header.version = string(r.field())
-	if b := r.next(8); b != nil {
-		f.header.writtenAt = time.Unix(0, int64(binary.LittleEndian.Uint64(b)))
-	}
-	count := r.uvarint()
-	if r.err != nil {
-		return nil, r.err
-	}
+	f := checkpointFile{header: h}
 	if reserve != nil {
 		// The count is not checked until the checksum is: an object
 		// takes at least its length's byte, so the file bounds it.
@@ -301,6 +342,7 @@ func parseCheckpoint(data []byte, identity string, reserve func(h checkpointHead
 		return nil, errors.New("checksum mismatch")
 	}
 	if format == checkpointFormat {
+		// The index flag.
 		if b := r.next(1); b != nil {
 			if b[0] > 1 {
 				return nil, errors.New("bad index flag")
