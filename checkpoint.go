@@ -22,11 +22,25 @@ import (
 // and ignored. Two informers must not share a Path.
 //
 // Resumed, the informer has synced once its watch from the checkpoint's
-// version is open. If the source no longer has that version, it relists
-// and applies the list against the checkpoint's objects as any relist.
-// Either way each change made while it was down is delivered once.
-// Handlers registered before the load is done are first handed the
-// checkpoint's objects as initial adds, unless HandlerOptions.ChangesOnly.
+// version is open. If the source no longer has that version, it relists;
+// either way each change made while it was down is delivered once to a
+// handler registered with HandlerOptions.ChangesOnly before the load is
+// done. Other handlers registered by then are handed a state as initial
+// adds: the checkpoint's, then the changes since; or, if the informer
+// learns before the load is done that the source no longer has the
+// version, the listed state, as a handler added to a synced informer is
+// handed the cache (the cache is then filled from the list as without a
+// checkpoint, and the checkpoint serves only to tell the ChangesOnly
+// handlers what changed). If it learns so after the load, the list is
+// applied against the checkpoint's objects as any relist.
+//
+// Against a checkpoint, a listed key at the version the checkpoint holds
+// (InformerOptions.ResourceVersion) is unchanged: a source whose versions
+// name one write, as etcd's and Kubernetes' do, never gives a re-created
+// key the version of the object before. The checkpoint file holds each
+// object's key and version beside it when the informer's keys are strings
+// and it has a ResourceVersion; a file written by an earlier version of
+// this package loads as before.
 type CheckpointOptions[T any] struct {
 	// Path is the checkpoint's file; empty means no checkpoint. Its
 	// directory must exist.

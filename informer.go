@@ -56,7 +56,8 @@ type InformerOptions[K comparable, T any] struct {
 	// object at the version cached (and, with SameObject, the same
 	// object) goes only to handlers due for a resync and the cache keeps
 	// its value. Without it, every relisted object is an update. If it
-	// panics, the relisted state is left out.
+	// panics, the relisted state is left out. Against a checkpoint (see
+	// CheckpointOptions), the version alone tells an object unchanged.
 	ResourceVersion func(obj T) string
 
 	// SameObject, if set, reports whether the cached and incoming states
