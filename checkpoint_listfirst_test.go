@@ -2,6 +2,7 @@ package mirror_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strconv"
@@ -16,10 +17,22 @@ import (
 	"github.com/listwatch/mirror/source"
 )
 
-// heldWatch holds every Watch until open is closed.
+// heldWatch holds every Watch until open is closed, and every List
+// until listed is, if not nil.
 type heldWatch struct {
 	source.ListWatcher[item]
-	open chan struct{}
+	open, listed chan struct{}
+}
+
+func (h *heldWatch) List(ctx context.Context, opts source.ListOptions) (source.ListResult[item], error) {
+	if h.listed != nil {
+		select {
+		case <-h.listed:
+		case <-ctx.Done():
+			return source.ListResult[item]{}, ctx.Err()
+		}
+	}
+	return h.ListWatcher.List(ctx, opts)
 }
 
 func (h *heldWatch) Watch(ctx context.Context, opts source.WatchOptions) (source.Watcher[item], error) {
@@ -28,8 +41,22 @@ func (h *heldWatch) Watch(ctx context.Context, opts source.WatchOptions) (source
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	return h.ListWatcher.Watch(ctx, opts)
+	w, err := h.ListWatcher.Watch(ctx, opts)
+	if errors.Is(err, source.ErrExpired) {
+		// As etcd does: the watch opens, then ends expired.
+		return expiredWatch{err}, nil
+	}
+	return w, err
 }
+
+// expiredWatch is a watch that ends at once with err.
+type expiredWatch struct{ err error }
+
+func (w expiredWatch) Next(context.Context) (source.Event[item], error) {
+	return source.Event[item]{}, w.err
+}
+
+func (expiredWatch) Stop() {}
 
 // An informer resumed from a checkpoint whose version the source no longer
 // has, that learns so while the checkpoint loads, fills its cache from the
@@ -122,4 +149,52 @@ func TestInformer_CompactedResumeListsAndTellsChangesOnlyTheDifferences(t *testi
 			})
 		})
 	}
+}
+
+// The load stops as soon as the Reflector, its watch refused, is about to
+// list, before the list has brought anything; the informer, its cache
+// empty, has not synced until that list is applied, and its ChangesOnly
+// handler is then told only what changed.
+func TestInformer_CompactedResumeSyncsWithTheListNotBefore(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "cp")
+		src := &countingSource{Source: memsource.New(itemKey, memsource.Options{})}
+		for i := range 1500 {
+			src.Put(item{Name: fmt.Sprintf("k%04d", i), Val: 1, Gen: 1})
+		}
+		startCheckpointed(t, src, path).stop(t)
+		rev, _ := src.Put(item{Name: "new", Val: 1, Gen: 1})
+		src.Compact(rev)
+
+		codec := newGatedCodec(2)
+		changes := &recorder{}
+		held := &heldWatch{ListWatcher: src, open: make(chan struct{}), listed: make(chan struct{})}
+		inf := mirror.NewInformer(held, mirror.InformerOptions[string, item]{
+			KeyFunc: itemKey, ErrorHandler: (&errorLog{}).add, SameObject: sameGen,
+			ResourceVersion: func(it item) string { return strconv.Itoa(it.Val) },
+			Checkpoint:      mirror.CheckpointOptions[item]{Path: path, Codec: codec},
+		})
+		_, err := inf.AddEventHandler(changes, mirror.HandlerOptions{ChangesOnly: true})
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- inf.Run(ctx) }()
+		<-codec.reached
+		close(held.open)
+		synctest.Wait()
+		close(codec.release)
+		synctest.Wait()
+
+		assert.Less(t, codec.decoded.Load(), int64(1500), "the load stopped")
+		assert.False(t, inf.HasSynced(), "not synced with an empty cache")
+		assert.Zero(t, inf.Len())
+
+		close(held.listed)
+		synctest.Wait()
+		require.True(t, inf.HasSynced())
+		assert.Equal(t, 1501, inf.Len())
+		assert.Equal(t, []string{"add new=1 initial=true"}, rendered(changes.take()))
+		cancel()
+		require.NoError(t, <-done)
+	})
 }
