@@ -22,11 +22,25 @@ import (
 // and ignored. Two informers must not share a Path.
 //
 // Resumed, the informer has synced once its watch from the checkpoint's
-// version is open. If the source no longer has that version, it relists
-// and applies the list against the checkpoint's objects as any relist.
-// Either way each change made while it was down is delivered once.
-// Handlers registered before the load is done are first handed the
-// checkpoint's objects as initial adds, unless HandlerOptions.ChangesOnly.
+// version is open. If the source no longer has that version, it relists;
+// either way each change made while it was down is delivered once to a
+// handler registered with HandlerOptions.ChangesOnly before the load is
+// done. Other handlers registered by then are handed a state as initial
+// adds: the checkpoint's, then the changes since; or, if the informer
+// learns before the load is done that the source no longer has the
+// version, the listed state, as a handler added to a synced informer is
+// handed the cache (the cache is then filled from the list as without a
+// checkpoint, and the checkpoint serves only to tell the ChangesOnly
+// handlers what changed). If it learns so after the load, the list is
+// applied against the checkpoint's objects as any relist.
+//
+// Against a checkpoint, a listed key at the version the checkpoint holds
+// (InformerOptions.ResourceVersion) is unchanged: a source whose versions
+// name one write, as etcd's and Kubernetes' do, never gives a re-created
+// key the version of the object before. The checkpoint file holds each
+// object's key and version beside it when the informer's keys are strings
+// and it has a ResourceVersion; a file written by an earlier version of
+// this package loads as before.
 type CheckpointOptions[T any] struct {
 	// Path is the checkpoint's file; empty means no checkpoint. Its
 	// directory must exist.
@@ -58,6 +72,18 @@ type checkpointSeam[T any] interface {
 	// fill has said, through reserve, how many to expect. If fill or a
 	// put fails, the cache is left empty and restore returns the error.
 	restore(fill func(reserve func(n int), put func(obj T) error) error) error
+	// listFirst reports whether the Reflector, started from the
+	// checkpoint's version while it loads, has begun a list before it
+	// queued anything else (a change, a bookmark): the source no longer
+	// has that version. If it returns true, the informer has committed to
+	// applying that list as its first (and must be given the checkpoint
+	// as a checkpointIndex, its cache left empty); it returns false if
+	// the informer cannot compare a list with an index (see index).
+	listFirst() bool
+	// index returns each object's key and version for the checkpoint
+	// file, or nil if the informer's keys are not strings or it has no
+	// ResourceVersion.
+	index() func(T) (key, version string)
 }
 
 // checkpointer is an informer's checkpoint machinery.
@@ -93,36 +119,73 @@ func newCheckpointer[T any](seam checkpointSeam[T], name string, report func(err
 // version; on failure it reports why, leaves the cache empty and returns
 // "". Once it has read the checkpoint's version, before its objects, it
 // calls begin, if not nil, with it.
-func (c *checkpointer[T]) load(begin func(rv string)) string {
+//
+// If, while it fills the cache, the Reflector begins a list before
+// anything else (the source no longer has the version: see
+// checkpointSeam.listFirst), it stops, leaves the cache empty and returns
+// the version with the checkpoint as an index, to tell the list's
+// differences from it rather than to serve as the cache's state.
+func (c *checkpointer[T]) load(begin func(rv string)) (string, *checkpointIndex[T]) {
 	// No write has started yet: any temporary file is a crash's.
 	removeStaleTemps(c.path)
-	var h checkpointHeader
+	var f *checkpointFile
 	err := c.seam.restore(func(reserve func(int), put func(T) error) error {
 		var err error
-		h, err = loadCheckpoint(c.path, c.identity, c.codec, func(h checkpointHeader, n int) {
-			reserve(n)
+		room := 0
+		f, err = readCheckpointFile(c.path, c.identity, func(h checkpointHeader, n int) {
 			if begin != nil && h.version != "" {
 				begin(h.version)
 			}
-		}, put)
-		if err == nil && h.version == "" {
-			err = &CheckpointError{Op: "load", Path: c.path, Err: fmt.Errorf("%w: no version", ErrCheckpointInvalid)}
+			room = n
+		})
+		if err != nil {
+			return &CheckpointError{Op: "load", Path: c.path, Err: err}
+		}
+		if f.header.version == "" {
+			return &CheckpointError{Op: "load", Path: c.path, Err: fmt.Errorf("%w: no version", ErrCheckpointInvalid)}
+		}
+		var stop func() bool
+		if f.indexed {
+			stop = c.seam.listFirst
+		}
+		// Room for the objects is made with the first: a load that
+		// stops at once (listFirst) makes none.
+		err = decodeRecords(f, c.codec, checkListEvery, stop, func(obj T) error {
+			if room > 0 {
+				reserve(room)
+				room = 0
+			}
+			return put(obj)
+		})
+		if err != nil && !errors.Is(err, errStopped) {
+			err = &CheckpointError{Op: "load", Path: c.path, Err: err}
 		}
 		return err
 	})
 	if errors.Is(err, fs.ErrNotExist) {
 		// A first start: nothing went wrong.
 		c.logger.Info("no checkpoint yet, listing", "path", c.path)
-		return ""
+		return "", nil
+	}
+	if errors.Is(err, errStopped) {
+		h := f.header
+		c.logger.Info("resuming from a checkpoint whose version the source no longer has: listing",
+			"path", c.path, "objects", h.count, "resourceVersion", h.version, "written", h.writtenAt)
+		return h.version, &checkpointIndex[T]{file: f, codec: c.codec, path: c.path}
 	}
 	if err != nil {
 		c.report(err)
-		return ""
+		return "", nil
 	}
+	h := f.header
 	c.logger.Info("resuming from a checkpoint", "path", c.path, "objects", h.count,
 		"resourceVersion", h.version, "written", h.writtenAt)
-	return h.version
+	return h.version, nil
 }
+
+// checkListEvery is how many objects a load decodes between two looks at
+// whether the Reflector has begun a list.
+const checkListEvery = 1024
 
 // restore fills the cache from a checkpoint (see checkpointSeam). If a
 // handler registered so far is to be handed the checkpoint's objects, it
@@ -210,8 +273,8 @@ type earlyReflector struct {
 }
 
 // startEarly starts r from rv, as resumeFrom says, until ctx ends or stop.
-func startEarly[T any](ctx context.Context, r *Reflector[T], rv string, resumed func()) *earlyReflector {
-	r.resumeFrom(rv, resumed)
+func startEarly[T any](ctx context.Context, r *Reflector[T], rv string, resumed, relisting func()) *earlyReflector {
+	r.resumeFrom(rv, resumed, relisting)
 	ctx, cancel := context.WithCancel(ctx)
 	e := &earlyReflector{cancel: cancel, done: make(chan struct{})}
 	go func() {
@@ -270,7 +333,7 @@ func (c *checkpointer[T]) write(ctx context.Context) {
 		return
 	}
 	h := checkpointHeader{identity: c.identity, version: rv, writtenAt: time.Now(), count: len(objs)}
-	if err := writeCheckpoint(c.path, h, slices.Values(objs), c.codec); err != nil {
+	if err := writeIndexedCheckpoint(c.path, h, slices.Values(objs), c.codec, c.seam.index()); err != nil {
 		c.report(err)
 	}
 }

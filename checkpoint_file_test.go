@@ -63,7 +63,7 @@ func TestCheckpointFile_UnusableFilesAreRefusedWhole(t *testing.T) {
 		"empty":               {},
 		"not a checkpoint":    []byte("hello, world, this is not a checkpoint at all"),
 		"data after the end":  append(slices.Clone(data), 0),
-		"newer format":        func() []byte { b := slices.Clone(data); b[8] = 2; return b }(),
+		"newer format":        func() []byte { b := slices.Clone(data); b[8] = checkpointFormat + 1; return b }(),
 		"checksum off by one": func() []byte { b := slices.Clone(data); b[len(b)-1] ^= 1; return b }(),
 	}
 	// Every truncation, and every single flipped bit in the objects.

@@ -79,8 +79,10 @@ type HandlerOptions struct {
 
 	// ChangesOnly keeps a checkpoint's objects (see CheckpointOptions)
 	// from a handler registered before Run has loaded it: the handler is
-	// handed only the changes since. A handler added later is handed the
-	// cache as always; without a checkpoint, the first list as usual.
+	// handed only the changes since, each once, whether the informer
+	// watches from the checkpoint's version or lists because the source
+	// no longer has it. A handler added later is handed the cache as
+	// always; without a checkpoint, the first list as usual.
 	ChangesOnly bool
 
 	// MaxBacklog bounds the handler's backlog: past MaxBacklog waiting

@@ -56,7 +56,8 @@ type InformerOptions[K comparable, T any] struct {
 	// object at the version cached (and, with SameObject, the same
 	// object) goes only to handlers due for a resync and the cache keeps
 	// its value. Without it, every relisted object is an update. If it
-	// panics, the relisted state is left out.
+	// panics, the relisted state is left out. Against a checkpoint (see
+	// CheckpointOptions), the version alone tells an object unchanged.
 	ResourceVersion func(obj T) string
 
 	// SameObject, if set, reports whether the cached and incoming states
@@ -163,6 +164,12 @@ type Informer[K comparable, T any] struct {
 	// resumeAt to hand to the handlers; nil if it kept nothing. It
 	// belongs to Run.
 	loaded *replaySet[K, T]
+	// behind is the checkpoint an informer resumed from, whose version
+	// the source no longer had, while its first list is applied: what
+	// the listeners following it are told is what changed since (see
+	// checkpoint_relist.go). It belongs to the goroutine applying, once
+	// Run has set it.
+	behind *checkpointIndex[T]
 
 	synced     atomic.Bool
 	syncedCh   chan struct{}
@@ -250,11 +257,12 @@ func (inf *Informer[K, T]) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	var rv string
 	var early *earlyReflector
+	var behind *checkpointIndex[T]
 	if cp != nil {
 		// Not under applyMu: AddEventHandler goes on meanwhile, and the
 		// handlers it adds are not handed a cache half filled (see live).
-		rv = cp.load(func(version string) {
-			early = startEarly(ctx, r, version, inf.resumed)
+		rv, behind = cp.load(func(version string) {
+			early = startEarly(ctx, r, version, inf.resumed, inf.queue.listNext)
 		})
 		if early != nil && rv == "" {
 			// The checkpoint turned out unusable: what the Reflector
@@ -270,7 +278,11 @@ func (inf *Informer[K, T]) Run(ctx context.Context) error {
 	}
 	inf.applyMu.Lock()
 	// A handler added from now on is handed the cache as a late one.
-	if rv != "" {
+	switch {
+	case behind != nil:
+		// The Reflector is listing: the cache fills from the list.
+		inf.resumeListing(behind)
+	case rv != "":
 		// The Reflector started from rv once load read it (early).
 		inf.resumeAt(rv)
 	}

@@ -212,6 +212,9 @@ func (inf *Informer[K, T]) applyListEnd(initial bool) {
 	if !l.direct && (l.diff == nil || !inf.applyDiffed(&l.staged, l.diff, initial)) {
 		inf.applyReplace(&l.staged, initial)
 	}
+	if inf.behind != nil {
+		inf.deletedSinceCheckpoint(listOrigin(initial))
+	}
 }
 
 // applyReplace applies a relist as one step: deletes for every cached key
@@ -266,6 +269,13 @@ func (inf *Informer[K, T]) applySet(key K, obj T, listed, initial bool, origin O
 	if err != nil {
 		inf.applyErrors.Add(1)
 		inf.report(err)
+		return
+	}
+	if !existed && listed && inf.behind != nil {
+		// The listeners following the checkpoint are told what changed
+		// since, the others are handed the state listed.
+		inf.proc.distribute(notification[K, T]{kind: notifyAdd, key: key, obj: obj, initial: initial, origin: origin, audience: audienceState}, false)
+		inf.listedSinceCheckpoint(key, obj, initial, origin)
 		return
 	}
 	if existed && inf.opts.SameObject != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"iter"
 	"sync"
+	"sync/atomic"
 
 	"github.com/listwatch/mirror/source"
 )
@@ -35,6 +36,12 @@ type inOrderQueue[K comparable, T any] struct {
 	// serves every handler due when it is applied (see resyncLocked), so
 	// a second would find none.
 	resyncQueued bool
+	// changed is set once a change or a resync was queued, and listed,
+	// unless changed was set first, once a list's chunk, end or abort
+	// was: the list came first (see startFromList). started is set by
+	// startFromList.
+	changed, started bool
+	listed           atomic.Bool
 	// adds counts the entries ever queued; arrivals samples when.
 	adds     uint64
 	arrivals arrivals
@@ -182,6 +189,66 @@ func (q *inOrderQueue[K, T]) discard() {
 	defer q.mu.Unlock()
 	q.entries = seqQueue[inOrderEntry[K, T]]{}
 	q.pushed, q.resyncQueued = false, false
+	q.changed, q.started = false, false
+	q.listed.Store(false)
+}
+
+// listNext records that the Reflector, resumed from a checkpoint, found
+// its version gone and is about to list: if nothing but the resumed mark
+// or a bookmark is queued yet, that list will be the first thing queued
+// (see startFromList).
+func (q *inOrderQueue[K, T]) listNext() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.changed {
+		q.listed.Store(true)
+	}
+}
+
+// startFromList makes the first list queued the informer's first, and
+// reports whether it did: if the queue holds a list before any change or
+// resync, it drops what it holds before the list (the resumed mark, a
+// bookmark: about the checkpoint's state, which the cache will not hold),
+// marks the list's chunks initial and its end, once queued, as completing
+// the sync, as for an informer that starts with a list. An informer
+// resumed from a checkpoint whose version the source no longer has calls
+// it while it loads (see checkpointSeam.listFirst), at most until it
+// returns true.
+func (q *inOrderQueue[K, T]) startFromList() bool {
+	if !q.listed.Load() {
+		return false
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.started {
+		return true
+	}
+	q.started = true
+	var kept seqQueue[inOrderEntry[K, T]]
+	inList, ended := false, false
+	for q.entries.len() > 0 {
+		e := q.entries.pop()
+		switch e.kind {
+		case entryResumed, entryProgress:
+			if !inList {
+				continue
+			}
+		case entryListChunk:
+			inList = true
+			e.initialList = !ended
+		case entryListEnd:
+			inList = true
+			if !ended {
+				e.completesSync, ended = true, true
+			}
+		case entryListAbort:
+			inList = true
+		}
+		kept.push(e)
+	}
+	q.entries = kept
+	q.pushed = ended
+	return true
 }
 
 // Add queues an addition.
@@ -421,6 +488,15 @@ func (q *inOrderQueue[K, T]) Resync() error {
 // can panic.
 func (q *inOrderQueue[K, T]) push(e inOrderEntry[K, T]) {
 	q.mu.Lock()
+	switch e.kind {
+	case entryListChunk, entryListEnd, entryListAbort:
+		if !q.changed {
+			q.listed.Store(true)
+		}
+	case entryResumed, entryProgress:
+	default:
+		q.changed = true
+	}
 	switch {
 	case e.kind == entryListChunk:
 		// A list completes the sync with its end, not before.

@@ -80,6 +80,13 @@ type listener[K comparable, T any] struct {
 	order   seqQueue[K]       // bounded mode, keys in first-pending order
 	// initialPending counts undelivered initial-list adds.
 	initialPending int
+	// sinceCheckpoint is set on a listener that, registered with
+	// ChangesOnly before its informer resumed from a checkpoint whose
+	// version the source no longer had, is told what changed since that
+	// checkpoint while the others are handed the listed state: it reads
+	// the feed's notifications for audienceChanges, the others those
+	// for audienceState (see checkpoint_relist.go).
+	sinceCheckpoint bool
 }
 
 // ownNotification is a notification for one listener only, delivered
@@ -286,9 +293,29 @@ func (l *listener[K, T]) takeOrderedLocked(dst []notification[K, T]) int {
 			break
 		}
 		l.pos = pos
-		n += k
+		n += l.ownAudienceLocked(dst[n : n+k])
 	}
 	return n
+}
+
+// ownAudienceLocked keeps, at the front of ns, the notifications read
+// off the feed that are for this listener (see audience), and returns how
+// many it kept.
+func (l *listener[K, T]) ownAudienceLocked(ns []notification[K, T]) int {
+	kept := 0
+	for i := range ns {
+		if a := ns[i].audience; a == audienceAll || (a == audienceChanges) == l.sinceCheckpoint {
+			if kept != i {
+				ns[kept] = ns[i]
+			}
+			kept++
+		} else if ns[i].initial {
+			// Counted by publish for every listener.
+			l.initialPending--
+		}
+	}
+	clear(ns[kept:])
+	return kept
 }
 
 // nextPendingLocked takes the next notification in bounded mode. When

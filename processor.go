@@ -28,10 +28,26 @@ type notification[K comparable, T any] struct {
 	// unknown is set on a delete whose final state is unknown.
 	unknown bool
 	origin  Origin
-	key     K
-	old     T // notifyUpdate: the state the handler saw before
-	obj     T
+	// audience, if not audienceAll, says which listeners read it off the
+	// feed: those following a checkpoint or the others (see
+	// checkpoint_relist.go).
+	audience audience
+	key      K
+	old      T // notifyUpdate: the state the handler saw before
+	obj      T
 }
+
+// audience is which listeners a notification of the feed is for.
+type audience uint8
+
+const (
+	audienceAll audience = iota
+	// audienceState is for the listeners handed the state the informer
+	// starts from; audienceChanges for those told only what changed
+	// since the checkpoint it resumed from (listener.sinceCheckpoint).
+	audienceState
+	audienceChanges
+)
 
 // processor fans notifications out to listeners, one per handler.
 type processor[K comparable, T any] struct {

@@ -219,6 +219,10 @@ type Reflector[T any] struct {
 	// Run watch from lastRV before any list, and is called once that
 	// watch is open: the store already holds the state at lastRV.
 	resumed func()
+	// relisting, if set with resumed, is called once the watch from
+	// lastRV has ended and a list is to follow, before it begins, unless
+	// Run's context has ended. It is called at most once.
+	relisting func()
 	// change is the change the Reflector has handed part of to the store.
 	change openChange
 	// noStreaming is set once the source said it cannot stream lists.
@@ -345,6 +349,10 @@ func (r *Reflector[T]) Run(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
+		if relisting := r.relisting; relisting != nil {
+			r.relisting = nil
+			relisting()
+		}
 		if !relistNow && !r.pause(ctx) {
 			return
 		}
@@ -354,13 +362,13 @@ func (r *Reflector[T]) Run(ctx context.Context) {
 // resumeFrom makes Run start by watching from rv, as if a list at rv had
 // been handed to the store (which holds that state already), and call
 // resumed once that watch is open. If the source no longer has rv, Run
-// lists as usual: the list is then a relist against the state the store
-// holds. It must be called before Run.
-func (r *Reflector[T]) resumeFrom(rv string, resumed func()) {
+// calls relisting, if not nil, then lists as usual: the list is then a
+// relist against the state the store holds. It must be called before Run.
+func (r *Reflector[T]) resumeFrom(rv string, resumed, relisting func()) {
 	r.mu.Lock()
 	r.lastRV = rv
 	r.mu.Unlock()
-	r.resumed = resumed
+	r.resumed, r.relisting = resumed, relisting
 }
 
 // listAndWatch gets the source's state into the store, unless the store
