@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"sync"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -22,6 +23,8 @@ type fakeKV struct {
 	mu      sync.Mutex
 	answers []fakeGet
 	ops     []clientv3.Op
+	// probe answers a watch's look at its start revision.
+	probe error
 }
 
 type fakeGet struct {
@@ -30,6 +33,14 @@ type fakeGet struct {
 }
 
 func (f *fakeKV) Get(_ context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	if op := clientv3.OpGet(key, opts...); f == nil || (op.IsKeysOnly() && op.Rev() > 0) {
+		// A watch's look at its start revision (probeStart) answers
+		// probe, or nothing that concerns it.
+		if f != nil && f.probe != nil {
+			return nil, f.probe
+		}
+		return nil, errors.New("fake: not scripted")
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.ops = append(f.ops, clientv3.OpGet(key, opts...))

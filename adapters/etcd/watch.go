@@ -11,6 +11,7 @@ import (
 
 	"github.com/listwatch/mirror/source"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/metadata"
 )
@@ -105,6 +106,9 @@ func (lw *ListWatcher[V]) Watch(ctx context.Context, opts source.WatchOptions) (
 		start = 0
 	}
 	w.ahead = start > 0
+	if start > 0 {
+		w.probeStart(start)
+	}
 	stopGuard := lw.guardConn(w.ctx, w.stop)
 	err := w.open(ctx, start, lw.opts.requestTimeout(), 0)
 	stopGuard()
@@ -218,6 +222,9 @@ type watcher[V any] struct {
 	next   int
 	// err, once set, is what every later Next returns.
 	err error
+	// compacted, until read, answers whether etcd has compacted the start
+	// revision (see probeStart).
+	compacted chan error
 	// rv is rev, formatted: the resource version of the last event.
 	rev int64
 	rv  string
@@ -256,6 +263,12 @@ func (w *watcher[V]) Next(ctx context.Context) (source.Event[Object[V]], error) 
 			tick = w.ticker.C
 		}
 		select {
+		case err := <-w.compacted:
+			w.compacted = nil
+			if err != nil {
+				return zero, w.fail(w.lw.wrapError(w.ctx, err, "%s", w.name()))
+			}
+			continue
 		case resp, ok := <-w.ch:
 			if !ok {
 				if err := w.lw.clientClosed(ctx); err != nil {
@@ -357,6 +370,27 @@ func (w *watcher[V]) deletion(key []byte, prev *mvccpb.KeyValue, rv string) sour
 // name names the watch in an error: by its prefix, the revision it
 // started from and, once it has handed out a later one, the revision it
 // reached, from which a new watch would go on.
+// probeStart asks etcd, beside the watch, whether it has compacted rev,
+// where the watch starts: a read of one key at rev. etcd tells a watch
+// that starts at a compacted revision so only on its next pass over the
+// watches that are behind, up to 100 ms later; the read fails at once. A
+// resumed informer then lists that much sooner. Any other answer (rev not
+// reached yet, the member slow or gone) leaves it to the watch.
+func (w *watcher[V]) probeStart(rev int64) {
+	w.compacted = make(chan error, 1)
+	ctx, cancel := context.WithTimeout(w.ctx, w.lw.opts.requestTimeout())
+	go func() {
+		defer cancel()
+		_, err := w.lw.client.Get(ctx, w.lw.prefix, clientv3.WithRange(w.lw.end), clientv3.WithRev(rev),
+			clientv3.WithLimit(1), clientv3.WithKeysOnly(), clientv3.WithSerializable())
+		if errors.Is(err, rpctypes.ErrCompacted) {
+			w.compacted <- fmt.Errorf("a read at rev %d: %w", rev, err)
+			return
+		}
+		w.compacted <- nil
+	}()
+}
+
 func (w *watcher[V]) name() string {
 	if w.reached >= w.from {
 		return fmt.Sprintf("etcd: watch %q from rev %d, reached rev %d", w.lw.prefix, w.from, w.reached)
