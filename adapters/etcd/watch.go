@@ -53,7 +53,10 @@ var (
 // so does a member that stops answering, whether its connection stays up or
 // is lost: while Next waits, a watch that hears nothing from etcd for two
 // Options.ProgressInterval ends within a quarter interval more (see there).
-// A start revision that has been compacted ends it with source.ErrExpired;
+// A start revision that has been compacted ends it with source.ErrExpired,
+// as soon as a one-key read at that revision, sent beside the watch, says
+// so (etcd tells the watch itself only on its next pass over the watches
+// that are behind);
 // a user that may not read the prefix, or a client without credentials for
 // a cluster that requires them, ends it with mirror.ErrPermanent.
 // opts.Timeout, if positive, ends it with io.EOF. opts.SendInitialEvents is
