@@ -31,7 +31,10 @@ func TestTyped_UndecodableValuesAreReportedWithTheirKeyAndSkipped(t *testing.T) 
 	ctx := testContext(t)
 	srv := startServer(t)
 	_, js := connect(t, srv.url())
-	kv := newBucket(t, js, jetstream.KeyValueConfig{})
+	// History keeps the three puts of "good" below until the watch reads
+	// them: with one, a put the watch has not read yet is dropped by the
+	// next, and the watch rightly ends expired.
+	kv := newBucket(t, js, jetstream.KeyValueConfig{History: 5})
 	put(t, kv, "good", "1")
 	put(t, kv, "bad", "x")
 	put(t, kv, "boom", "panic")
