@@ -51,24 +51,14 @@ type readAhead struct {
 // the server serves whole from its cache) is never held undecoded.
 func (c *wireClient[T]) list(ctx context.Context, o metav1.ListOptions) (page[T], error) {
 	var p page[T]
-	c.pages.mu.Lock()
-	ra := c.pages.next
-	c.pages.next = nil
-	c.pages.mu.Unlock()
-	var r io.Reader
-	var buf []byte
-	if ra != nil && ra.opts == o {
-		select {
-		case <-ra.done:
-			if ra.err == nil {
-				buf = ra.buf
-				r = bytes.NewReader(buf)
-			}
-		case <-ctx.Done():
-			return p, ctx.Err()
-		}
+	buf, err := c.readAheadFor(ctx, o)
+	if err != nil {
+		return p, err
 	}
-	if r == nil {
+	var r io.Reader
+	if buf != nil {
+		r = bytes.NewReader(buf)
+	} else {
 		body, err := c.request(o).Stream(ctx)
 		if err != nil {
 			return p, err
@@ -367,21 +357,34 @@ func (c *wireClient[T]) splitPage(ctx context.Context, o metav1.ListOptions, raw
 // pageBytes returns the body of the page o asks for: the one read ahead
 // for o, if there is one.
 func (c *wireClient[T]) pageBytes(ctx context.Context, o metav1.ListOptions) ([]byte, error) {
+	buf, err := c.readAheadFor(ctx, o)
+	if buf != nil || err != nil {
+		return buf, err
+	}
+	return c.readPage(ctx, o)
+}
+
+// readAheadFor takes the page read ahead, if it is the one o asks for and
+// was read whole: its body, once read. It returns nil, nil if there is
+// none, and ctx's error if ctx ends first. A read-ahead for another
+// request is dropped either way.
+func (c *wireClient[T]) readAheadFor(ctx context.Context, o metav1.ListOptions) ([]byte, error) {
 	c.pages.mu.Lock()
 	ra := c.pages.next
 	c.pages.next = nil
 	c.pages.mu.Unlock()
-	if ra != nil && ra.opts == o {
-		select {
-		case <-ra.done:
-			if ra.err == nil {
-				return ra.buf, nil
-			}
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+	if ra == nil || ra.opts != o {
+		return nil, nil
 	}
-	return c.readPage(ctx, o)
+	select {
+	case <-ra.done:
+		if ra.err != nil {
+			return nil, nil // asked again, for the request's own error
+		}
+		return ra.buf, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
 }
 
 // recycle keeps buf, a decoded page's, for the next page if more are to
