@@ -56,7 +56,10 @@ func ExampleMember_leaderElection() {
 		fmt.Println("a works on shard", tok.Shard)
 		done()
 	}
-	_, _, ok := standby.Hold(context.Background(), 0)
+	_, done, ok := standby.Hold(context.Background(), 0)
+	if ok {
+		done() // a grant must be given back, or b's leave waits for it
+	}
 	fmt.Println("b may work:", ok)
 
 	stopA() // a leaves: it releases the shard
