@@ -314,16 +314,34 @@ func grantLeases(t *testing.T, cs kubernetes.Interface, ns string, verbs []strin
 	require.NoError(t, err)
 }
 
-// changeLog keeps the changes a handler was told.
+// changeLog keeps the changes a handler was told, and the keys they
+// leave it knowing of. A handler is told after the cache has changed, so
+// a test that waited on the cache waits on the view too before it takes.
 type changeLog struct {
 	mu      sync.Mutex
 	changes []mirror.Change[k8s.Key, *corev1.ConfigMap]
+	view    map[k8s.Key]bool
 }
 
 func (l *changeLog) add(c mirror.Change[k8s.Key, *corev1.ConfigMap]) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.changes = append(l.changes, c)
+	if l.view == nil {
+		l.view = map[k8s.Key]bool{}
+	}
+	if c.Type == mirror.Deleted {
+		delete(l.view, c.Key)
+	} else {
+		l.view[c.Key] = true
+	}
+}
+
+// known returns a copy of the keys the handler knows of.
+func (l *changeLog) known() map[k8s.Key]bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return maps.Clone(l.view)
 }
 
 // take returns the changes told since the last take.
@@ -383,6 +401,11 @@ func (sc *shardedCache) requireHolds(t *testing.T, want []*corev1.ConfigMap) map
 			cached[key(obj)] = true
 		}
 		assert.Equal(c, mine, cached, "%s's cache", sc.ID())
+		known := sc.log.known()
+		if known == nil {
+			known = map[k8s.Key]bool{}
+		}
+		assert.Equal(c, mine, known, "%s's handler", sc.ID())
 	}, convergeTimeout, 20*time.Millisecond)
 	return mine
 }
@@ -446,6 +469,7 @@ func TestShardedListWatcher_CacheHoldsOnlyItsShardsAndFollowsARebalance(t *testi
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		_, ok := a.inf.GetByKey(key(gone))
 		assert.False(c, ok)
+		assert.NotContains(c, a.log.known(), key(gone), "a's handler")
 	}, convergeTimeout, 20*time.Millisecond)
 	changes := a.log.take()
 	require.Len(t, changes, 1)
