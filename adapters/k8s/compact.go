@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -148,6 +149,7 @@ func CompactListWatcher[T ProtoObject](lw source.ListWatcher[T], newT func() T, 
 	if e, ok := lw.(EncodedListWatcher); ok && transform == nil {
 		if m, ok := lw.(interface{ encodes() bool }); !ok || m.encodes() {
 			c.encoded = e
+			c.chunked, _ = lw.(chunkedLister)
 		}
 	}
 	return c
@@ -171,9 +173,16 @@ type EncodedListWatcher interface {
 	WatchEncoded(ctx context.Context, opts source.WatchOptions) (source.Watcher[[]byte], error)
 }
 
+// chunkedLister is an EncodedListWatcher that can hand a page's
+// encodings over a chunk at a time: a ListWatcher of NewForConfig.
+type chunkedLister interface {
+	listEncodedChunks(ctx context.Context, opts source.ListOptions, each func(items [][]byte)) (source.ListResult[[]byte], error)
+}
+
 type compactLW[T ProtoObject] struct {
 	lw        source.ListWatcher[T]
 	encoded   EncodedListWatcher // lw, if it is one and there is no transform
+	chunked   chunkedLister      // encoded, if it is one
 	newT      func() T
 	transform mirror.TransformFunc[T]
 	chunks    *chunker
@@ -317,6 +326,13 @@ func (c *compactLW[T]) PrefersStreamingList() bool {
 }
 
 func (c *compactLW[T]) List(ctx context.Context, opts source.ListOptions) (source.ListResult[*Compact[T]], error) {
+	if c.chunked != nil && !c.notEncoded.Load() {
+		out, err := c.listChunks(ctx, opts)
+		if !errors.Is(err, ErrNotEncoded) {
+			return out, err
+		}
+		c.notEncoded.Store(true)
+	}
 	if c.encoded != nil && !c.notEncoded.Load() {
 		res, err := c.encoded.ListEncoded(ctx, opts)
 		if !errors.Is(err, ErrNotEncoded) {
@@ -326,6 +342,28 @@ func (c *compactLW[T]) List(ctx context.Context, opts source.ListOptions) (sourc
 	}
 	res, err := c.lw.List(ctx, opts)
 	return compactList(c, res, err, c.compact)
+}
+
+// listChunks is List through c.chunked: the page's encodings are made
+// Compacts a chunk at a time, as they are read, so that no more than a
+// chunk of the page is held as it came.
+func (c *compactLW[T]) listChunks(ctx context.Context, opts source.ListOptions) (source.ListResult[*Compact[T]], error) {
+	var out source.ListResult[*Compact[T]]
+	res, err := c.chunked.listEncodedChunks(ctx, opts, func(items [][]byte) {
+		c.chunks.reserve(len(out.Items) + len(items))
+		out.Items = slices.Grow(out.Items, len(items))
+		for _, raw := range items {
+			cobj, err := c.compactEncoded(raw)
+			if err != nil {
+				out.Skipped = append(out.Skipped, err)
+				continue
+			}
+			out.Items = append(out.Items, cobj)
+		}
+	})
+	out.ResourceVersion, out.Continue = res.ResourceVersion, res.Continue
+	out.Skipped = append(res.Skipped, out.Skipped...)
+	return out, err
 }
 
 // compactList makes a page of Compacts of a page of objects or

@@ -60,28 +60,64 @@ func (lw *ListWatcher[T]) ListEncoded(ctx context.Context, opts source.ListOptio
 		return res, wrapError(ctx, err, "k8s: list %s%s", lw.what, describe(o))
 	}
 	res.ResourceVersion, res.Continue = p.meta.ResourceVersion, p.meta.Continue
-	if !lw.opts.StripManagedFields {
-		res.Items = p.items
-		return res, nil
+	res.Items, res.Skipped = lw.stripItems(p.items, 0, res.ResourceVersion)
+	return res, nil
+}
+
+// listEncodedChunks is ListEncoded with the page's items handed to each a
+// chunk at a time, as they are read, in memory reused once each returns:
+// the page is never held whole, though a list served whole (an informer's
+// first, from the server's cache) is one page as large as the list. The
+// result has the page's versions and its skipped items, and no Items.
+func (lw *ListWatcher[T]) listEncodedChunks(ctx context.Context, opts source.ListOptions, each func(items [][]byte)) (source.ListResult[[]byte], error) {
+	var res source.ListResult[[]byte]
+	o := lw.listRequest(opts)
+	if err := lw.notEncoded(); err != nil {
+		return res, fmt.Errorf("k8s: list %s: %w", lw.what, err)
 	}
-	errs := make([]error, len(p.items))
-	lw.wire.parallel(len(p.items), func(lo, hi int) {
+	n := 0
+	meta, err := lw.wire.listChunks(ctx, o, func(items [][]byte, rv string) {
+		kept, skipped := lw.stripItems(items, n, rv)
+		n += len(items)
+		res.Skipped = append(res.Skipped, skipped...)
+		each(kept)
+	})
+	if errors.Is(err, ErrNotEncoded) {
+		return res, fmt.Errorf("k8s: list %s: %w", lw.what, err)
+	}
+	if err != nil {
+		return res, wrapError(ctx, err, "k8s: list %s%s", lw.what, describe(o))
+	}
+	res.ResourceVersion, res.Continue = meta.ResourceVersion, meta.Continue
+	return res, nil
+}
+
+// stripItems drops managedFields from items in place, if lw's options
+// say so, and returns the items it could, and the errors of those it
+// could not, each naming its place in the page (first is items[0]'s).
+func (lw *ListWatcher[T]) stripItems(items [][]byte, first int, rv string) ([][]byte, []error) {
+	if !lw.opts.StripManagedFields {
+		return items, nil
+	}
+	errs := make([]error, len(items))
+	lw.wire.parallel(len(items), func(lo, hi int) {
 		for i := lo; i < hi; i++ {
-			n := len(p.items[i])
-			if p.items[i], errs[i] = stripInPlace(p.items[i]); errs[i] != nil {
-				errs[i] = fmt.Errorf("k8s: item %d of a list of %s, %d bytes: %w", i, lw.wire.resource, n, errs[i])
+			n := len(items[i])
+			if items[i], errs[i] = stripInPlace(items[i]); errs[i] != nil {
+				errs[i] = fmt.Errorf("k8s: item %d of a list of %s, %d bytes: %w", first+i, lw.wire.resource, n, errs[i])
 			}
 		}
 	})
-	res.Items = p.items[:0]
-	for i, item := range p.items {
+	kept := items[:0]
+	var skipped []error
+	for i, item := range items {
 		if errs[i] != nil {
-			res.Skipped = append(res.Skipped, &mirror.ObjectError{ResourceVersion: res.ResourceVersion, Err: errs[i]})
+			skipped = append(skipped, &mirror.ObjectError{ResourceVersion: rv, Err: errs[i]})
 			continue
 		}
-		res.Items = append(res.Items, item)
+		kept = append(kept, item)
 	}
-	return res, nil
+	return kept, skipped
 }
 
 // WatchEncoded is Watch with each event's object as its protobuf

@@ -414,3 +414,112 @@ func TestNewForConfig_WatchFromNowAndCurrentVersionListThroughItsOwnClient(t *te
 	assert.Contains(t, s.queries[1], "limit=1")
 	assert.Contains(t, s.queries[2], "resourceVersion=10")
 }
+
+func TestCompactListWatcher_MakesAPageCompactAChunkAtATime(t *testing.T) {
+	var pods []*corev1.Pod
+	for i := range 2*chunkItems + 7 {
+		pods = append(pods, managedPod("a", fmt.Sprintf("p%04d", i), "1"))
+	}
+	for _, strip := range []bool{false, true} {
+		t.Run(fmt.Sprintf("strip=%v", strip), func(t *testing.T) {
+			s := &wireServer{pods: pods}
+			lw := newPodsForConfig(t, startWireServer(t, s), Options{StripManagedFields: strip})
+
+			// The page comes in chunks, never more than chunkItems
+			// items at once.
+			var sizes []int
+			res, err := lw.listEncodedChunks(context.Background(), source.ListOptions{}, func(items [][]byte) {
+				sizes = append(sizes, len(items))
+			})
+			require.NoError(t, err)
+			assert.Equal(t, "10", res.ResourceVersion)
+			assert.Empty(t, res.Items)
+			assert.Equal(t, []int{chunkItems, chunkItems, 7}, sizes)
+
+			clw := CompactListWatcher(lw, func() *corev1.Pod { return new(corev1.Pod) }, nil)
+			require.NotNil(t, clw.(*compactLW[*corev1.Pod]).chunked, "NewForConfig's ListWatcher hands a page over in chunks")
+			page, err := clw.List(context.Background(), source.ListOptions{})
+			require.NoError(t, err)
+			assert.Equal(t, "10", page.ResourceVersion)
+			assert.Empty(t, page.Skipped)
+			require.Len(t, page.Items, len(pods))
+			for i, c := range page.Items {
+				want := typeless(pods[i])
+				if strip {
+					want = stripped(want)
+				}
+				// Each Compact holds its own bytes, not the chunk's,
+				// which the next chunk overwrote.
+				got, err := c.Object()
+				require.NoError(t, err)
+				require.Equal(t, want, got, "item %d", i)
+			}
+		})
+	}
+}
+
+func TestCompactListWatcher_ReportsAnItemOfAChunkItCannotReadAndKeepsTheRest(t *testing.T) {
+	good := managedPod("a", "web-1", "7")
+	list := &corev1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "10"}}
+	for i := range chunkItems + 2 {
+		p := *good
+		p.Name = fmt.Sprintf("web-%d", i)
+		list.Items = append(list.Items, p)
+	}
+	raw := encodeProto(t, list)
+	msg, _, err := unwrapObject(raw)
+	require.NoError(t, err)
+	n := 0
+	require.NoError(t, eachField(msg, func(f protoField) error {
+		if f.num == 2 {
+			if n++; n == chunkItems+2 { // the second chunk's second item
+				f.data[0] = 0x0f // field 1, wire type 7
+			}
+		}
+		return nil
+	}))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", contentProtobuf)
+		_, _ = w.Write(raw)
+	}))
+	t.Cleanup(srv.Close)
+	for _, strip := range []bool{false, true} {
+		t.Run(fmt.Sprintf("strip=%v", strip), func(t *testing.T) {
+			lw := newPodsForConfig(t, &rest.Config{Host: srv.URL}, Options{StripManagedFields: strip})
+			clw := CompactListWatcher(lw, func() *corev1.Pod { return new(corev1.Pod) }, nil)
+			page, err := clw.List(context.Background(), source.ListOptions{})
+			require.NoError(t, err)
+			require.Len(t, page.Items, chunkItems+1)
+			assert.Equal(t, Key{Namespace: "a", Name: fmt.Sprint("web-", chunkItems)}, page.Items[chunkItems].Key())
+			require.Len(t, page.Skipped, 1)
+			var oe *mirror.ObjectError
+			require.ErrorAs(t, page.Skipped[0], &oe)
+			if strip {
+				assert.Contains(t, oe.Error(), fmt.Sprintf("item %d", chunkItems+1), "its place in the page")
+			}
+			assert.Contains(t, oe.Error(), "bytes")
+			assert.NotContains(t, oe.Error(), "registry.example", "no contents in the error")
+		})
+	}
+}
+
+func TestCompactListWatcher_ListsDecodedObjectsWhereAChunkedPageIsJSON(t *testing.T) {
+	pods := []*corev1.Pod{managedPod("a", "web-1", "7"), managedPod("b", "web-2", "9")}
+	cfg := startWireServer(t, &wireServer{jsonOnly: true, pods: pods})
+	lw := newPodsForConfig(t, cfg, Options{})
+	_, err := lw.listEncodedChunks(context.Background(), source.ListOptions{}, func([][]byte) { t.Error("a chunk of a JSON page") })
+	require.ErrorIs(t, err, ErrNotEncoded)
+
+	// Not known to be JSON until the first list.
+	lw = newPodsForConfig(t, cfg, Options{})
+	clw := CompactListWatcher(lw, func() *corev1.Pod { return new(corev1.Pod) }, nil)
+	require.NotNil(t, clw.(*compactLW[*corev1.Pod]).chunked)
+	page, err := clw.List(context.Background(), source.ListOptions{})
+	require.NoError(t, err)
+	require.Len(t, page.Items, 2)
+	for i, c := range page.Items {
+		got, err := c.Object()
+		require.NoError(t, err)
+		assert.Equal(t, typeless(pods[i]), got)
+	}
+}

@@ -51,25 +51,14 @@ type readAhead struct {
 // the server serves whole from its cache) is never held undecoded.
 func (c *wireClient[T]) list(ctx context.Context, o metav1.ListOptions) (page[T], error) {
 	var p page[T]
-	buf, err := c.readAheadFor(ctx, o)
+	pr, err := c.openPage(ctx, o)
 	if err != nil {
 		return p, err
 	}
-	var r io.Reader
-	if buf != nil {
-		r = bytes.NewReader(buf)
-	} else {
-		body, err := c.request(o).Stream(ctx)
-		if err != nil {
-			return p, err
-		}
-		defer body.Close()
-		r = body
-	}
-	br := bufio.NewReaderSize(r, 64<<10)
-	if head, err := br.Peek(len(protoMagic)); err != nil || !bytes.Equal(head, protoMagic) {
+	defer pr.close(&p.meta)
+	if !pr.proto {
 		// JSON, or not a list at all: read whole, as listRaw does.
-		raw, err := io.ReadAll(br)
+		raw, err := io.ReadAll(pr.br)
 		if err != nil {
 			return p, err
 		}
@@ -81,14 +70,81 @@ func (c *wireClient[T]) list(ctx context.Context, o metav1.ListOptions) (page[T]
 		p.items, p.skipped = c.decodeItems(rp.items, rp.proto, p.meta.ResourceVersion)
 		return p, nil
 	}
-	_, _ = br.Discard(len(protoMagic))
-	if err := c.decodeListStream(ctx, o, &protoReader{br: br, n: -1}, &p); err != nil {
-		return p, err
+	err = c.decodeListStream(ctx, o, pr.reader(), &p.meta, func(items [][]byte) {
+		objs, skipped := c.decodeItems(items, true, p.meta.ResourceVersion)
+		p.items = append(p.items, objs...)
+		p.skipped = append(p.skipped, skipped...)
+	})
+	return p, err
+}
+
+// listChunks gets one page, which must be protobuf, and hands its items'
+// messages to each a chunk at a time, as they are read: a chunk's memory
+// is reused once each returns. It returns the page's ListMeta. A page the
+// server answered in JSON is not read: listChunks fails with an error
+// wrapping ErrNotEncoded.
+func (c *wireClient[T]) listChunks(ctx context.Context, o metav1.ListOptions, each func(items [][]byte, rv string)) (metav1.ListMeta, error) {
+	var meta metav1.ListMeta
+	pr, err := c.openPage(ctx, o)
+	if err != nil {
+		return meta, err
 	}
-	if buf != nil {
-		c.recycle(buf, p.meta.Continue != "")
+	defer pr.close(&meta)
+	if !pr.proto {
+		c.servesJSON.Store(true)
+		return meta, fmt.Errorf("a list that is not protobuf: %w", ErrNotEncoded)
 	}
-	return p, nil
+	err = c.decodeListStream(ctx, o, pr.reader(), &meta, func(items [][]byte) { each(items, meta.ResourceVersion) })
+	return meta, err
+}
+
+// pageReader is a page being read: the page read ahead for its request,
+// or the response's body.
+type pageReader struct {
+	pages *pages
+	br    *bufio.Reader
+	proto bool // the page is protobuf; br is past its magic
+	buf   []byte
+	body  io.Closer
+}
+
+// openPage starts reading the page o asks for.
+func (c *wireClient[T]) openPage(ctx context.Context, o metav1.ListOptions) (*pageReader, error) {
+	pr := &pageReader{pages: &c.pages}
+	var err error
+	if pr.buf, err = c.readAheadFor(ctx, o); err != nil {
+		return nil, err
+	}
+	var r io.Reader
+	if pr.buf != nil {
+		r = bytes.NewReader(pr.buf)
+	} else {
+		body, err := c.request(o).Stream(ctx)
+		if err != nil {
+			return nil, err
+		}
+		pr.body, r = body, body
+	}
+	pr.br = bufio.NewReaderSize(r, 64<<10)
+	if head, err := pr.br.Peek(len(protoMagic)); err == nil && bytes.Equal(head, protoMagic) {
+		_, _ = pr.br.Discard(len(protoMagic))
+		pr.proto = true
+	}
+	return pr, nil
+}
+
+// reader reads the rest of a protobuf page, a runtime.Unknown.
+func (pr *pageReader) reader() *protoReader { return &protoReader{br: pr.br, n: -1} }
+
+// close ends the read; a page read ahead leaves its buffer for the next
+// page if meta, the page's, says there is one.
+func (pr *pageReader) close(meta *metav1.ListMeta) {
+	if pr.body != nil {
+		_ = pr.body.Close()
+	}
+	if pr.buf != nil {
+		pr.pages.recycle(pr.buf, meta.Continue != "")
+	}
 }
 
 // Items are decoded a chunk at a time: at least this many bytes of them,
@@ -98,9 +154,10 @@ const (
 	chunkItems = 1024
 )
 
-// decodeListStream reads a runtime.Unknown holding a list from r and
-// decodes the list's items into p, a chunk at a time.
-func (c *wireClient[T]) decodeListStream(ctx context.Context, o metav1.ListOptions, r *protoReader, p *page[T]) error {
+// decodeListStream reads a runtime.Unknown holding a list from r: the
+// list's ListMeta into meta, its items' messages to each, a chunk at a
+// time (see decodeItemsStream).
+func (c *wireClient[T]) decodeListStream(ctx context.Context, o metav1.ListOptions, r *protoReader, meta *metav1.ListMeta, each func(items [][]byte)) error {
 	var encoding []byte
 	for !r.done() {
 		num, wire, err := r.tag()
@@ -112,7 +169,7 @@ func (c *wireClient[T]) decodeListStream(ctx context.Context, o metav1.ListOptio
 			if err != nil {
 				return err
 			}
-			if err := c.decodeItemsStream(ctx, o, &protoReader{br: r.br, n: int64(n)}, p); err != nil {
+			if err := c.decodeItemsStream(ctx, o, &protoReader{br: r.br, n: int64(n)}, meta, each); err != nil {
 				return err
 			}
 			r.consumed(int64(n))
@@ -134,10 +191,10 @@ func (c *wireClient[T]) decodeListStream(ctx context.Context, o metav1.ListOptio
 	return nil
 }
 
-// decodeItemsStream reads a list message from r: its ListMeta into p.meta
-// (and then starts reading the next page ahead), its items into p.items,
-// decoded a chunk at a time.
-func (c *wireClient[T]) decodeItemsStream(ctx context.Context, o metav1.ListOptions, r *protoReader, p *page[T]) error {
+// decodeItemsStream reads a list message from r: its ListMeta into meta
+// (and then starts reading the next page ahead), its items' messages to
+// each, a chunk at a time, in memory reused for the next chunk.
+func (c *wireClient[T]) decodeItemsStream(ctx context.Context, o metav1.ListOptions, r *protoReader, meta *metav1.ListMeta, each func(items [][]byte)) error {
 	var chunk []byte
 	var ends []int
 	flush := func() {
@@ -150,9 +207,7 @@ func (c *wireClient[T]) decodeItemsStream(ctx context.Context, o metav1.ListOpti
 			items[i] = chunk[start:end]
 			start = end
 		}
-		objs, skipped := c.decodeItems(items, true, p.meta.ResourceVersion)
-		p.items = append(p.items, objs...)
-		p.skipped = append(p.skipped, skipped...)
+		each(items)
 		chunk, ends = chunk[:0], ends[:0]
 	}
 	for !r.done() {
@@ -166,10 +221,10 @@ func (c *wireClient[T]) decodeItemsStream(ctx context.Context, o metav1.ListOpti
 			if err != nil {
 				return err
 			}
-			if err := p.meta.Unmarshal(b); err != nil {
+			if err := meta.Unmarshal(b); err != nil {
 				return fmt.Errorf("decode a list: %w", err)
 			}
-			c.readAhead(ctx, o, p.meta.Continue)
+			c.readAhead(ctx, o, meta.Continue)
 		case num == 2 && wire == 2:
 			if chunk, err = r.bytes(chunk); err != nil {
 				return err
@@ -389,13 +444,13 @@ func (c *wireClient[T]) readAheadFor(ctx context.Context, o metav1.ListOptions) 
 
 // recycle keeps buf, a decoded page's, for the next page if more are to
 // come; after a list's last page nothing is kept.
-func (c *wireClient[T]) recycle(buf []byte, more bool) {
-	c.pages.mu.Lock()
-	defer c.pages.mu.Unlock()
+func (p *pages) recycle(buf []byte, more bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if more {
-		c.pages.spare = buf
+		p.spare = buf
 	} else {
-		c.pages.spare = nil
+		p.spare = nil
 	}
 }
 
