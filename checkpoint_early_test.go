@@ -42,6 +42,13 @@ func TestInformer_ResumedInformerReadsTheSourceWhileItsCheckpointLoads(t *testin
 				src.Put(item{Name: "e", Val: 1})
 				if compacted {
 					src.Compact(rev)
+					// The watch, refused, is held until the load is
+					// past its first look at whether a list has
+					// begun (for a list that has, see
+					// TestInformer_CompactedResumeListsAndTellsChangesOnlyTheDifferences):
+					// the checkpoint is then the state the list is
+					// applied against.
+					src.hold = make(chan struct{})
 				}
 
 				codec := newGatedCodec(2)
@@ -59,6 +66,9 @@ func TestInformer_ResumedInformerReadsTheSourceWhileItsCheckpointLoads(t *testin
 				done := make(chan error, 1)
 				go func() { done <- inf.Run(ctx) }()
 				<-codec.reached
+				if compacted {
+					close(src.hold)
+				}
 				synctest.Wait()
 
 				// The load is held after its first object.

@@ -23,6 +23,8 @@ import (
 type countingSource struct {
 	*memsource.Source[item]
 	lists atomic.Int64
+	// hold, if not nil, holds each watch until it is closed.
+	hold chan struct{}
 }
 
 func (s *countingSource) List(ctx context.Context, opts source.ListOptions) (source.ListResult[item], error) {
@@ -30,6 +32,17 @@ func (s *countingSource) List(ctx context.Context, opts source.ListOptions) (sou
 		s.lists.Add(1)
 	}
 	return s.Source.List(ctx, opts)
+}
+
+func (s *countingSource) Watch(ctx context.Context, opts source.WatchOptions) (source.Watcher[item], error) {
+	if s.hold != nil {
+		select {
+		case <-s.hold:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return s.Source.Watch(ctx, opts)
 }
 
 // checkpointed is an informer over src that keeps a checkpoint at path,
