@@ -45,22 +45,28 @@ func ExampleMember_leaderElection() {
 	a := member(actx, &wg, b, opts, aHeld)
 	fmt.Println("a leads:", <-aHeld == 1)
 
+	// The leader's work, fenced by its token.
+	ctx, done, ok := a.Hold(context.Background(), 0)
+	if ok {
+		tok, _ := shard.TokenFrom(ctx)
+		fmt.Println("a works on shard", tok.Shard)
+	}
+
+	// b joins, a standby: while a's work goes on, b may do none, even if
+	// the group assigns b the shard (a hands it over once its work is
+	// done).
 	bctx, stopB := context.WithCancel(context.Background())
 	bHeld := make(chan int, 4)
 	opts.Name = "b"
 	standby := member(bctx, &wg, b, opts, bHeld)
-
-	// The leader's work, fenced by its token.
-	if ctx, done, ok := a.Hold(context.Background(), 0); ok {
-		tok, _ := shard.TokenFrom(ctx)
-		fmt.Println("a works on shard", tok.Shard)
+	_, bDone, bOK := standby.Hold(context.Background(), 0)
+	if bOK {
+		bDone()
+	}
+	fmt.Println("b may work while a does:", bOK)
+	if ok {
 		done()
 	}
-	_, done, ok := standby.Hold(context.Background(), 0)
-	if ok {
-		done() // a grant must be given back, or b's leave waits for it
-	}
-	fmt.Println("b may work:", ok)
 
 	stopA() // a leaves: it releases the shard
 	fmt.Println("b leads:", <-bHeld == 1)
@@ -69,7 +75,7 @@ func ExampleMember_leaderElection() {
 	// Output:
 	// a leads: true
 	// a works on shard 0
-	// b may work: false
+	// b may work while a does: false
 	// b leads: true
 }
 
