@@ -97,7 +97,7 @@ func ExampleMember_shardedLoop() {
 	var mu sync.Mutex
 	by := map[string]map[string]bool{} // key → the replicas that reconciled it
 	done := make(chan struct{})
-	replica := func(name string, held chan<- int) {
+	replica := func(name string, held chan<- int) *shard.Member {
 		inf := mirror.NewInformer(src, mirror.InformerOptions[string, item]{KeyFunc: itemKey, Logger: quiet})
 		m := member(ctx, &wg, b, shard.MemberOptions{Name: name}, held)
 		loop := reconcile.New(reconcile.Func[string](func(ctx context.Context, key string) (reconcile.Result, error) {
@@ -117,13 +117,25 @@ func ExampleMember_shardedLoop() {
 		}
 		wg.Go(func() { _ = inf.Run(ctx) })
 		wg.Go(func() { _ = loop.Run(ctx) })
+		return m
 	}
 
-	// Two replicas; the keys come once they have split the shards.
+	// Two replicas; the keys come once each holds what the group assigns
+	// it. (While the group settles, a shard may move once more, and a key
+	// be reconciled by one replica, then by the next.)
 	aHeld, bHeld := make(chan int, 64), make(chan int, 64)
-	replica("a", aHeld)
-	replica("b", bHeld)
-	for na, nb := 0, 0; na == 0 || nb == 0 || na+nb != shard.DefaultShards; {
+	ma, mb := replica("a", aHeld), replica("b", bHeld)
+	settled := func(na, nb int) bool {
+		if na == 0 || nb == 0 {
+			return false // not both joined
+		}
+		share := map[string]int{}
+		for _, id := range shard.Assign([]string{ma.ID(), mb.ID()}, shard.DefaultShards) {
+			share[id]++
+		}
+		return na == share[ma.ID()] && nb == share[mb.ID()]
+	}
+	for na, nb := 0, 0; !settled(na, nb); {
 		select {
 		case na = <-aHeld:
 		case nb = <-bHeld:

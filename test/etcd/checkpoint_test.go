@@ -215,6 +215,16 @@ func TestCheckpoint_RestartTellsHandlersExactlyTheChangesMadeWhileDown(t *testin
 
 				second := startCPMirror(t, c, prefix, path)
 				after := second.awaitCurrent(t, c, prefix)
+				// The handlers are told after the cache changes, each at
+				// its pace, and a stop drops what they were not told yet;
+				// the replaying handler's view may be current before its
+				// last calls (a key created and deleted).
+				require.EventuallyWithT(t, func(c *assert.CollectT) {
+					assert.Equal(c, want, byKey(second.changes.all()))
+					if replayed := second.replay.all(); assert.GreaterOrEqual(c, len(replayed), len(before)) {
+						assert.Equal(c, want, byKey(replayed[len(before):]))
+					}
+				}, convergeTimeout, 10*time.Millisecond)
 				second.stop()
 
 				stats := second.lw.Stats()
@@ -297,6 +307,9 @@ func TestCheckpoint_UnusableFileIsReportedAndEtcdListedOnce(t *testing.T) {
 
 				second := startCPMirror(t, c, prefix, path)
 				after := second.awaitCurrent(t, c, prefix)
+				require.EventuallyWithT(t, func(c *assert.CollectT) {
+					assert.Equal(c, after, second.changes.view(), "the changes-only handler, told after the cache")
+				}, convergeTimeout, 10*time.Millisecond)
 				second.stop()
 				var ce *mirror.CheckpointError
 				require.Len(t, second.errs.all(), 1)

@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -102,13 +103,15 @@ func TestInformer_WatchCutInsideATransactionDeliversEachChangeOnce(t *testing.T)
 				clientv3.OpPut(prefix+"c", "2"),
 			).Commit()
 			require.NoError(t, err)
-			// Once the transaction's last change is applied, and the
-			// handler has returned from every call it was handed, it has
-			// all it gets.
+			// Once the handler was told of the transaction's last change
+			// (told after the cache has it), and has returned from every
+			// call it was handed, it has all it gets.
 			require.Eventually(t, func() bool {
-				last, ok := inf.GetByKey(prefix + "c")
-				return ok && last.ModRevision == resp.Header.Revision &&
-					reg.Backlog() == 0 && inf.Stats().Handlers[0].Delivered == int64(h.len())
+				calls := h.all()
+				told := slices.ContainsFunc(calls, func(c call[[]byte]) bool {
+					return c.obj.Key == prefix+"c" && c.obj.ModRevision == resp.Header.Revision
+				})
+				return told && reg.Backlog() == 0 && inf.Stats().Handlers[0].Delivered == int64(len(calls))
 			}, convergeTimeout, 10*time.Millisecond)
 			assert.Equal(t, strconv.FormatInt(resp.Header.Revision, 10), inf.Freshness().ResourceVersion)
 			assert.EqualValues(t, 2, lw.made.Load(), "both cuts made")
