@@ -33,7 +33,9 @@ func member(ctx context.Context, wg *sync.WaitGroup, b shard.Backend, opts shard
 // shard. Work is done under a grant of Hold, whose context carries the
 // claim's fencing token and ends if the leader must stop. A leader that
 // stops hands over at once: the standby leads without waiting for a
-// lease to end.
+// lease to end. Leadership is not sticky: a member that joins may be
+// assigned the shard (Assign decides, by member ID), and the leader then
+// hands it over once its work in progress is done.
 func ExampleMember_leaderElection() {
 	b := shard.NewMemory(shard.MemoryOptions{}) // an etcd.ShardBackend in production
 	opts := shard.MemberOptions{Shards: 1}
