@@ -204,24 +204,20 @@ func TestNewForConfig_ListDecodesProtobufOrJSON(t *testing.T) {
 	}
 }
 
-func TestNewForConfig_ListReportsUndecodableItems(t *testing.T) {
-	// A list whose second item is not a Pod's message: the first and
-	// third are kept, the second reported.
-	good := managedPod("a", "web-1", "7")
-	list := &corev1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "10"}, Items: []corev1.Pod{*good, *good, *good}}
-	list.Items[2].Name = "web-3"
+// serveSpoiledPage serves list in protobuf, its item i (from 0) spoiled:
+// the first tag of its message overwritten with an invalid wire type.
+func serveSpoiledPage(t *testing.T, list *corev1.PodList, i int) *rest.Config {
+	t.Helper()
 	raw := encodeProto(t, list)
-	// Corrupt the second item: find its bytes and overwrite its first
-	// tag with an invalid wire type.
 	msg, _, err := unwrapObject(raw)
 	require.NoError(t, err)
 	n := 0
 	require.NoError(t, eachField(msg, func(f protoField) error {
 		if f.num == 2 {
-			n++
-			if n == 2 {
+			if n == i {
 				f.data[0] = 0x0f // field 1, wire type 7
 			}
+			n++
 		}
 		return nil
 	}))
@@ -230,7 +226,17 @@ func TestNewForConfig_ListReportsUndecodableItems(t *testing.T) {
 		_, _ = w.Write(raw)
 	}))
 	t.Cleanup(srv.Close)
-	lw := newPodsForConfig(t, &rest.Config{Host: srv.URL}, Options{})
+	return &rest.Config{Host: srv.URL}
+}
+
+func TestNewForConfig_ListReportsUndecodableItems(t *testing.T) {
+	// A list whose second item is not a Pod's message: the first and
+	// third are kept, the second reported.
+	good := managedPod("a", "web-1", "7")
+	list := &corev1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "10"}, Items: []corev1.Pod{*good, *good, *good}}
+	list.Items[2].Name = "web-3"
+	cfg := serveSpoiledPage(t, list, 1)
+	lw := newPodsForConfig(t, cfg, Options{})
 	res, err := lw.List(context.Background(), source.ListOptions{})
 	require.NoError(t, err)
 	require.Len(t, res.Items, 2)

@@ -60,24 +60,8 @@ func TestListEncoded_ReportsAnItemItCannotStripAndKeepsTheRest(t *testing.T) {
 	good := managedPod("a", "web-1", "7")
 	list := &corev1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "10"}, Items: []corev1.Pod{*good, *good, *good}}
 	list.Items[2].Name = "web-3"
-	raw := encodeProto(t, list)
-	msg, _, err := unwrapObject(raw)
-	require.NoError(t, err)
-	n := 0
-	require.NoError(t, eachField(msg, func(f protoField) error {
-		if f.num == 2 {
-			if n++; n == 2 {
-				f.data[0] = 0x0f // field 1, wire type 7
-			}
-		}
-		return nil
-	}))
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", contentProtobuf)
-		_, _ = w.Write(raw)
-	}))
-	t.Cleanup(srv.Close)
-	lw := newPodsForConfig(t, &rest.Config{Host: srv.URL}, Options{StripManagedFields: true})
+	cfg := serveSpoiledPage(t, list, 1)
+	lw := newPodsForConfig(t, cfg, Options{StripManagedFields: true})
 	res, err := lw.ListEncoded(context.Background(), source.ListOptions{})
 	require.NoError(t, err)
 	require.Len(t, res.Items, 2)
@@ -466,26 +450,10 @@ func TestCompactListWatcher_ReportsAnItemOfAChunkItCannotReadAndKeepsTheRest(t *
 		p.Name = fmt.Sprintf("web-%d", i)
 		list.Items = append(list.Items, p)
 	}
-	raw := encodeProto(t, list)
-	msg, _, err := unwrapObject(raw)
-	require.NoError(t, err)
-	n := 0
-	require.NoError(t, eachField(msg, func(f protoField) error {
-		if f.num == 2 {
-			if n++; n == chunkItems+2 { // the second chunk's second item
-				f.data[0] = 0x0f // field 1, wire type 7
-			}
-		}
-		return nil
-	}))
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", contentProtobuf)
-		_, _ = w.Write(raw)
-	}))
-	t.Cleanup(srv.Close)
+	cfg := serveSpoiledPage(t, list, chunkItems+1) // the second chunk's second item
 	for _, strip := range []bool{false, true} {
 		t.Run(fmt.Sprintf("strip=%v", strip), func(t *testing.T) {
-			lw := newPodsForConfig(t, &rest.Config{Host: srv.URL}, Options{StripManagedFields: strip})
+			lw := newPodsForConfig(t, cfg, Options{StripManagedFields: strip})
 			clw := CompactListWatcher(lw, func() *corev1.Pod { return new(corev1.Pod) }, nil)
 			page, err := clw.List(context.Background(), source.ListOptions{})
 			require.NoError(t, err)
