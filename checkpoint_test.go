@@ -23,7 +23,9 @@ import (
 type countingSource struct {
 	*memsource.Source[item]
 	lists atomic.Int64
-	// hold, if not nil, holds each watch until it is closed.
+	// hold, if not nil, holds each watch until it is closed; a watch the
+	// source refuses is then refused, not opened and ended as heldWatch's
+	// are.
 	hold chan struct{}
 }
 

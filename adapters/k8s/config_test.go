@@ -275,6 +275,20 @@ func drain(t *testing.T, w source.Watcher[*corev1.Pod]) ([]source.Event[*corev1.
 	}
 }
 
+// mixedEvents returns n events of managed Pods, added, modified and
+// deleted in turn, then the bookmark that ends a streaming list's
+// initial events.
+func mixedEvents(n int) []watchFrame {
+	var events []watchFrame
+	for i := range n {
+		typ := []watch.EventType{watch.Added, watch.Modified, watch.Deleted}[i%3]
+		events = append(events, watchFrame{typ: typ, obj: managedPod("ns", fmt.Sprintf("p-%d", i), fmt.Sprint(100+i))})
+	}
+	bookmark := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "999",
+		Annotations: map[string]string{metav1.InitialEventsAnnotationKey: "true"}}}
+	return append(events, watchFrame{typ: watch.Bookmark, obj: bookmark})
+}
+
 func TestNewForConfig_WatchDecodesEventsInOrder(t *testing.T) {
 	// More events than the batches of every decoding goroutine hold, so
 	// that several batches are decoded at once.
@@ -290,14 +304,7 @@ func TestNewForConfig_WatchDecodesEventsInOrder(t *testing.T) {
 		{"JSON, managedFields stripped", true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s := &wireServer{jsonOnly: tc.jsonOnly}
-			for i := range n {
-				typ := []watch.EventType{watch.Added, watch.Modified, watch.Deleted}[i%3]
-				s.events = append(s.events, watchFrame{typ: typ, obj: managedPod("ns", fmt.Sprintf("p-%d", i), fmt.Sprint(100+i))})
-			}
-			bookmark := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "999",
-				Annotations: map[string]string{metav1.InitialEventsAnnotationKey: "true"}}}
-			s.events = append(s.events, watchFrame{typ: watch.Bookmark, obj: bookmark})
+			s := &wireServer{jsonOnly: tc.jsonOnly, events: mixedEvents(n)}
 			lw := newPodsForConfig(t, startWireServer(t, s), Options{StripManagedFields: tc.strip})
 			w, err := lw.Watch(context.Background(), source.WatchOptions{ResourceVersion: "5", SendInitialEvents: true})
 			require.NoError(t, err)

@@ -101,14 +101,7 @@ func TestWatchEncoded_HandsOutEachEventsOwnMessageInOrder(t *testing.T) {
 	const n = 4*maxBatch*4 + 7
 	for _, strip := range []bool{false, true} {
 		t.Run(fmt.Sprintf("strip=%v", strip), func(t *testing.T) {
-			s := &wireServer{}
-			for i := range n {
-				typ := []watch.EventType{watch.Added, watch.Modified, watch.Deleted}[i%3]
-				s.events = append(s.events, watchFrame{typ: typ, obj: managedPod("ns", fmt.Sprintf("p-%d", i), fmt.Sprint(100+i))})
-			}
-			bookmark := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "999",
-				Annotations: map[string]string{metav1.InitialEventsAnnotationKey: "true"}}}
-			s.events = append(s.events, watchFrame{typ: watch.Bookmark, obj: bookmark})
+			s := &wireServer{events: mixedEvents(n)}
 			lw := newPodsForConfig(t, startWireServer(t, s), Options{StripManagedFields: strip})
 			w, err := lw.WatchEncoded(context.Background(), source.WatchOptions{ResourceVersion: "5", SendInitialEvents: true})
 			require.NoError(t, err)
