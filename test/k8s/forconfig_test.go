@@ -20,6 +20,13 @@ import (
 // watch cache) and ConfigMaps (from etcd), by a streaming list or paged
 // lists, and then sees their changes; with StripManagedFields it holds
 // no managedFields, which the server keeps.
+//
+// NewForConfig's ListWatcher lists by pages unless the informer asks for
+// streaming lists (ListWatchOptions.StreamingList). A streaming list from
+// "" is a consistent read: the informer holds every object once synced. A
+// first paged list is read at "0", from the watch cache at whatever
+// version it has reached, as client-go's is: it may miss the newest
+// objects, which the watch then brings.
 func TestNewForConfig_SyncsAndWatchesARealServer(t *testing.T) {
 	c := sharedCluster(t)
 	t.Parallel()
@@ -53,7 +60,7 @@ func forConfigTest[T k8s.Object, L runtime.Object](t *testing.T, c *cluster, k k
 	k.populate(t, c.client, s, 30)
 	lw, err := k8s.NewForConfig[T](cfg, gvr, "", k8s.Options{LabelSelector: s.selector, NoStreamingList: noStreaming, StripManagedFields: strip})
 	require.NoError(t, err)
-	inf := k8s.NewInformer(lw, k8s.InformerOptions[T]{ListWatch: mirror.ListWatchOptions{PageSize: 7}})
+	inf := k8s.NewInformer(lw, k8s.InformerOptions[T]{ListWatch: mirror.ListWatchOptions{PageSize: 7, StreamingList: !noStreaming}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- inf.Run(ctx) }()
@@ -64,7 +71,12 @@ func forConfigTest[T k8s.Object, L runtime.Object](t *testing.T, c *cluster, k k
 	wctx, wcancel := context.WithTimeout(ctx, convergeTimeout)
 	defer wcancel()
 	require.NoError(t, inf.WaitForSync(wctx))
-	require.Len(t, inf.List(), 30)
+	if noStreaming {
+		require.Eventually(t, func() bool { return len(inf.List()) == 30 }, convergeTimeout, 10*time.Millisecond)
+	} else {
+		require.Len(t, inf.List(), 30, "a streaming list reads consistently")
+		assert.GreaterOrEqual(t, inf.Stats().Reflector.Events, int64(30), "the objects came as events")
+	}
 	for _, obj := range inf.List() {
 		require.Equal(t, strip, len(obj.GetManagedFields()) == 0, "managedFields of %s", obj.GetName())
 	}
