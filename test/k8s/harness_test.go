@@ -2,11 +2,9 @@ package k8s
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -14,14 +12,13 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/listwatch/mirror/adapters/k8s"
+	"github.com/listwatch/mirror/test/k8s/internal/testserver"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -93,7 +90,7 @@ func TestMain(m *testing.M) {
 // through a proxy so that clients keep one address when the server is
 // replaced.
 type cluster struct {
-	etcd *etcdServer
+	etcd *testserver.Etcd
 	// etcdClient reads and compacts etcd directly.
 	etcdClient *clientv3.Client
 	prefix     string
@@ -115,13 +112,13 @@ type cluster struct {
 // startCluster starts etcd and a kube-apiserver, and stops them when tb's
 // cleanups run.
 func startCluster(tb ktesting.TB) (*cluster, error) {
-	e, err := startEtcd(tb.TempDir())
+	e, err := testserver.StartEtcd(tb.TempDir(), testserver.EtcdOptions{ReadyTimeout: convergeTimeout})
 	if err != nil {
 		return nil, err
 	}
-	tb.Cleanup(e.stop)
+	tb.Cleanup(e.Stop)
 	c := &cluster{etcd: e, prefix: "/registry-" + strings.ToLower(strings.NewReplacer("/", "-", " ", "-").Replace(tb.Name()))}
-	c.etcdClient, err = clientv3.New(clientv3.Config{Endpoints: []string{e.url}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	c.etcdClient, err = clientv3.New(clientv3.Config{Endpoints: []string{e.URL}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +161,7 @@ func startCluster(tb ktesting.TB) (*cluster, error) {
 // Clients of the proxy reach it once connect is called.
 func (c *cluster) startServer(tb ktesting.TB) error {
 	storage := storagebackend.NewDefaultConfig(c.prefix, nil)
-	storage.Transport.ServerList = []string{c.etcd.url}
+	storage.Transport.ServerList = []string{c.etcd.URL}
 	opts := kubeapiservertesting.NewDefaultTestServerOptions()
 	opts.EnableCertAuth = false
 	opts.DisableInvariantChecks = true
@@ -296,7 +293,7 @@ func (c *cluster) namespace(t testing.TB) string {
 // asks for it and stopped after the last.
 var shared struct {
 	once    sync.Once
-	tb      *mainTB
+	tb      *testserver.TB
 	cluster *cluster
 	err     error
 }
@@ -305,8 +302,11 @@ var shared struct {
 func sharedCluster(t testing.TB) *cluster {
 	t.Helper()
 	shared.once.Do(func() {
-		shared.tb = &mainTB{}
-		shared.cluster, shared.err = shared.tb.run(func(tb *mainTB) (*cluster, error) { return startCluster(tb) })
+		shared.tb = testserver.NewTB("Shared", "shared cluster")
+		shared.err = shared.tb.Run(func(tb *testserver.TB) (err error) {
+			shared.cluster, err = startCluster(tb)
+			return err
+		})
 	})
 	require.NoError(t, shared.err, "start the shared cluster")
 	return shared.cluster
@@ -315,71 +315,6 @@ func sharedCluster(t testing.TB) *cluster {
 // stopShared stops the shared cluster if a test started it.
 func stopShared() {
 	if shared.tb != nil {
-		shared.tb.cleanup()
+		shared.tb.Close()
 	}
-}
-
-// etcdServer is a one-member etcd on loopback.
-type etcdServer struct {
-	url  string
-	stop func() // closes etcd once; (*embed.Etcd).Close panics when called twice
-}
-
-// startEtcd starts etcd with its data under dir, on ports that were free a
-// moment ago; it tries again if another process took one meanwhile.
-func startEtcd(dir string) (*etcdServer, error) {
-	for attempt := 1; ; attempt++ {
-		e, err := tryStartEtcd(filepath.Join(dir, fmt.Sprint(attempt)))
-		if err == nil || attempt == 3 || !errors.Is(err, syscall.EADDRINUSE) {
-			return e, err
-		}
-	}
-}
-
-func tryStartEtcd(dir string) (*etcdServer, error) {
-	peer, err := freeURL()
-	if err != nil {
-		return nil, err
-	}
-	client, err := freeURL()
-	if err != nil {
-		return nil, err
-	}
-	cfg := embed.NewConfig()
-	cfg.Dir = dir
-	cfg.ListenPeerUrls = []url.URL{peer}
-	cfg.AdvertisePeerUrls = []url.URL{peer}
-	cfg.ListenClientUrls = []url.URL{client}
-	cfg.AdvertiseClientUrls = []url.URL{client}
-	cfg.ListenMetricsUrls = nil
-	cfg.InitialCluster = cfg.Name + "=" + peer.String()
-	cfg.UnsafeNoFsync = true
-	cfg.Logger = "zap"
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		return nil, err
-	}
-	var once sync.Once
-	s := &etcdServer{url: client.String(), stop: func() { once.Do(e.Close) }}
-	select {
-	case <-e.Server.ReadyNotify():
-		return s, nil
-	case err := <-e.Err():
-		s.stop()
-		return nil, err
-	case <-time.After(convergeTimeout):
-		s.stop()
-		return nil, fmt.Errorf("etcd not ready after %v", convergeTimeout)
-	}
-}
-
-// freeURL returns an http URL on a loopback port that was free a moment ago.
-func freeURL() (url.URL, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return url.URL{}, err
-	}
-	addr := l.Addr().String()
-	return url.URL{Scheme: "http", Host: addr}, l.Close()
 }

@@ -25,17 +25,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"time"
 
+	"github.com/listwatch/mirror/test/k8s/internal/testserver"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	"k8s.io/klog/v2"
@@ -57,33 +54,28 @@ func main() {
 	if !*logs {
 		quietKlog()
 	}
-	tb := &mainTB{}
+	tb := testserver.NewTB("benchapiserver", "benchapiserver")
 	code := 0
-	if err := run(tb, *dir, *out, *load); err != nil {
+	if err := tb.Run(func(tb *testserver.TB) error { return run(tb, *dir, *out, *load) }); err != nil {
 		fmt.Fprintln(os.Stderr, "benchapiserver:", err)
 		code = 1
 	}
-	tb.cleanup()
+	tb.Close()
 	os.Exit(code)
 }
 
-func run(tb *mainTB, dir, out, load string) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			f, ok := r.(fatal)
-			if !ok {
-				panic(r)
-			}
-			err = fmt.Errorf("%s", string(f))
-		}
-	}()
-	etcdURL, stop, err := startEtcd(filepath.Join(dir, "etcd"))
+func run(tb *testserver.TB, dir, out, load string) error {
+	etcd, err := testserver.StartEtcd(filepath.Join(dir, "etcd"), testserver.EtcdOptions{
+		// 100k realistic Pods are about 1 GB of etcd data with history.
+		QuotaBackendBytes: 8 << 30,
+		ReadyTimeout:      2 * time.Minute,
+	})
 	if err != nil {
 		return err
 	}
-	tb.Cleanup(stop)
+	tb.Cleanup(etcd.Stop)
 	if load != "" {
-		if err := loadRecords(etcdURL, load); err != nil {
+		if err := loadRecords(etcd.URL, load); err != nil {
 			return fmt.Errorf("load %s: %w", load, err)
 		}
 		// For the next run, which need not load them again.
@@ -96,7 +88,7 @@ func run(tb *mainTB, dir, out, load string) (err error) {
 		return err
 	}
 	storage := storagebackend.NewDefaultConfig("/registry", nil)
-	storage.Transport.ServerList = []string{etcdURL}
+	storage.Transport.ServerList = []string{etcd.URL}
 	opts := kubeapiservertesting.NewDefaultTestServerOptions()
 	opts.EnableCertAuth = false
 	opts.DisableInvariantChecks = true
@@ -209,137 +201,4 @@ func quietKlog() {
 		}
 	}
 	klog.SetOutput(io.Discard)
-}
-
-// startEtcd starts a one-member etcd on loopback with its data in dir.
-func startEtcd(dir string) (string, func(), error) {
-	peer, err := freeURL()
-	if err != nil {
-		return "", nil, err
-	}
-	client, err := freeURL()
-	if err != nil {
-		return "", nil, err
-	}
-	cfg := embed.NewConfig()
-	cfg.Dir = dir
-	cfg.ListenPeerUrls = []url.URL{peer}
-	cfg.AdvertisePeerUrls = []url.URL{peer}
-	cfg.ListenClientUrls = []url.URL{client}
-	cfg.AdvertiseClientUrls = []url.URL{client}
-	cfg.ListenMetricsUrls = nil
-	cfg.InitialCluster = cfg.Name + "=" + peer.String()
-	cfg.UnsafeNoFsync = true
-	cfg.Logger = "zap"
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	// 100k realistic Pods are about 1 GB of etcd data with history.
-	cfg.QuotaBackendBytes = 8 << 30
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		return "", nil, err
-	}
-	var once sync.Once
-	stop := func() { once.Do(e.Close) }
-	select {
-	case <-e.Server.ReadyNotify():
-		return client.String(), stop, nil
-	case err := <-e.Err():
-		stop()
-		return "", nil, err
-	case <-time.After(2 * time.Minute):
-		stop()
-		return "", nil, fmt.Errorf("etcd not ready after 2m")
-	}
-}
-
-// freeURL returns an http URL on a loopback port that was free a moment ago.
-func freeURL() (url.URL, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return url.URL{}, err
-	}
-	addr := l.Addr().String()
-	return url.URL{Scheme: "http", Host: addr}, l.Close()
-}
-
-// fatal is what mainTB's fatal calls panic with; run recovers it.
-type fatal string
-
-// mainTB is the ktesting.TB that StartTestServer needs, outside a test:
-// it runs its cleanups when main calls cleanup, drops logs, and turns a
-// fatal error into a panic that run recovers.
-type mainTB struct {
-	mu       sync.Mutex
-	cleanups []func()
-	failed   bool
-}
-
-func (tb *mainTB) cleanup() {
-	for {
-		tb.mu.Lock()
-		n := len(tb.cleanups)
-		if n == 0 {
-			tb.mu.Unlock()
-			return
-		}
-		f := tb.cleanups[n-1]
-		tb.cleanups = tb.cleanups[:n-1]
-		tb.mu.Unlock()
-		f()
-	}
-}
-
-func (tb *mainTB) Cleanup(f func()) {
-	tb.mu.Lock()
-	defer tb.mu.Unlock()
-	tb.cleanups = append(tb.cleanups, f)
-}
-
-func (tb *mainTB) Error(args ...any) { tb.report(fmt.Sprint(args...)) }
-func (tb *mainTB) Errorf(format string, args ...any) {
-	tb.report(fmt.Sprintf(format, args...))
-}
-
-func (tb *mainTB) report(msg string) {
-	tb.mu.Lock()
-	tb.failed = true
-	tb.mu.Unlock()
-	fmt.Fprintln(os.Stderr, "benchapiserver:", msg)
-}
-
-func (tb *mainTB) Fail() {
-	tb.mu.Lock()
-	defer tb.mu.Unlock()
-	tb.failed = true
-}
-
-func (tb *mainTB) Failed() bool {
-	tb.mu.Lock()
-	defer tb.mu.Unlock()
-	return tb.failed
-}
-
-func (tb *mainTB) FailNow()                     { tb.Fatal("FailNow") }
-func (tb *mainTB) Fatal(args ...any)            { panic(fatal(fmt.Sprint(args...))) }
-func (tb *mainTB) Fatalf(f string, args ...any) { panic(fatal(fmt.Sprintf(f, args...))) }
-func (tb *mainTB) Skip(args ...any)             { tb.Fatal(args...) }
-func (tb *mainTB) Skipf(f string, args ...any)  { tb.Fatalf(f, args...) }
-func (tb *mainTB) SkipNow()                     { tb.Fatal("SkipNow") }
-func (tb *mainTB) Skipped() bool                { return false }
-func (tb *mainTB) Helper()                      {}
-func (tb *mainTB) Log(...any)                   {}
-func (tb *mainTB) Logf(string, ...any)          {}
-func (tb *mainTB) Attr(string, string)          {}
-func (tb *mainTB) Name() string                 { return "benchapiserver" }
-func (tb *mainTB) Chdir(string)                 { tb.Fatal("Chdir is not supported") }
-func (tb *mainTB) Setenv(string, string)        { tb.Fatal("Setenv is not supported") }
-
-// TempDir returns a new directory, removed by cleanup.
-func (tb *mainTB) TempDir() string {
-	dir, err := os.MkdirTemp("", "benchapiserver-")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { os.RemoveAll(dir) })
-	return dir
 }
