@@ -53,15 +53,15 @@ type ProtoObject interface {
 // and goes when no object holds it any more; the more objects repeat,
 // the less each costs, and managedFields, which are mostly the same
 // across the objects of one template, cost little. The trade-off is CPU:
-// Object decodes on every call, so a Get costs a decode and a List of n
-// objects n decodes, where a default cache shares one object with every
-// reader. Shared is cheaper: it decodes a shared run once, the first
-// time it reads it, holds it decoded as long as the run, and hands out
-// that one decoded value, so that it costs about the decode of the
-// object's own bytes. And a CompactListWatcher encodes every object it
-// lists or watches again, unless its source hands out the encodings as
-// they arrived (EncodedListWatcher), in which case it decodes none. The
-// cache suits large caches read by key at a modest rate, not controllers
+// every read decodes, so a Get costs a decode and a List of n objects n
+// decodes, where a default cache shares one object with every reader.
+// A shared run is decoded once, the first time a read meets it, and held
+// decoded as long as the run; Shared hands out that one decoded value,
+// so that it costs about the decode of the object's own bytes, and
+// Object a deep copy of what Shared returns. And a CompactListWatcher
+// encodes every object it lists or watches again, unless its source
+// hands out the encodings as they arrived (EncodedListWatcher), in which
+// case it decodes none. The cache suits large caches read by key at a modest rate, not controllers
 // that read whole namespaces on every reconcile.
 type Compact[T ProtoObject] struct {
 	key Key
@@ -92,7 +92,23 @@ func (c *Compact[T]) Len() int { return c.enc.len() }
 // object, which the caller owns and may modify. It fails only if the
 // encoding cannot be decoded, which a Compact made by CompactListWatcher
 // never has.
-func (c *Compact[T]) Object() (T, error) { return c.object(nil) }
+func (c *Compact[T]) Object() (T, error) {
+	// The generated DeepCopy of Shared's object costs less than decoding
+	// the whole encoding: it parses nothing, and keeps the strings, which
+	// are immutable, where Unmarshal allocates each one.
+	root := rootType[T]()
+	if root == nil {
+		return c.object(nil) // nothing is decoded apart: already new
+	}
+	shared, err := c.object(root)
+	if err != nil {
+		return shared, err
+	}
+	if obj, ok := shared.DeepCopyObject().(T); ok {
+		return obj, nil
+	}
+	return c.object(nil)
+}
 
 // Shared decodes the object and returns it, as Object does, except that
 // the parts the object shares with others (such as the containers,
