@@ -1,15 +1,15 @@
 package testserver
 
 import (
-	"errors"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"syscall"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"k8s.io/kubernetes/test/utils/ktesting"
 )
 
@@ -27,16 +27,11 @@ func TestRunReturnsFatalAndCloseRunsCleanupsLastFirst(t *testing.T) {
 		tb.Fatalf("stop %d", 7)
 		return nil
 	})
-	if err == nil || err.Error() != "stop 7" {
-		t.Fatalf("Run = %v, want the error stop 7", err)
-	}
+	require.EqualError(t, err, "stop 7")
 	tb.Close()
-	if want := []int{2, 3, 1}; !slices.Equal(order, want) {
-		t.Fatalf("cleanups ran in the order %v, want %v", order, want)
-	}
-	if tb.Name() != "Name" || tb.Failed() {
-		t.Fatalf("Name = %q, Failed = %v", tb.Name(), tb.Failed())
-	}
+	assert.Equal(t, []int{2, 3, 1}, order, "cleanups run last registered first")
+	assert.Equal(t, "Name", tb.Name())
+	assert.False(t, tb.Failed())
 }
 
 // StartEtcd tries again in the same directory when a port is taken; that
@@ -44,31 +39,21 @@ func TestRunReturnsFatalAndCloseRunsCleanupsLastFirst(t *testing.T) {
 // directory.
 func TestEtcdLeavesDirAloneWhenAPortIsTaken(t *testing.T) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer l.Close()
 	peer, err := freeURL()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	dir := filepath.Join(t.TempDir(), "etcd")
 	_, err = startEtcdAt(dir, peer, url.URL{Scheme: "http", Host: l.Addr().String()}, EtcdOptions{})
-	if !errors.Is(err, syscall.EADDRINUSE) {
-		t.Fatalf("start on a taken port: %v, want EADDRINUSE", err)
-	}
+	require.ErrorIs(t, err, syscall.EADDRINUSE)
 	entries, err := os.ReadDir(dir)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		t.Fatal(err)
+	if !os.IsNotExist(err) {
+		require.NoError(t, err)
 	}
-	if len(entries) != 0 {
-		t.Fatalf("the failed start left %v in its directory", entries)
-	}
+	assert.Empty(t, entries, "the failed start wrote nothing to its directory")
 
 	e, err := StartEtcd(dir, EtcdOptions{QuotaBackendBytes: 1 << 30})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	e.Stop()
 	e.Stop()
 }
