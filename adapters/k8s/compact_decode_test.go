@@ -278,3 +278,61 @@ func TestRuns_TwoRunsOfOneHashAreEachTheirOwn(t *testing.T) {
 	assert.Equal(t, string(b), rb.bytes, "not the run of the same hash")
 	assert.Same(t, ra, runs.intern(42, path, a))
 }
+
+func TestCompact_APackedFieldWithEntriesOutsideItsRunIsDecodedAsAWhole(t *testing.T) {
+	// A repeated scalar's entries may come packed (one length-delimited
+	// field) and not (a varint each), mixed: Unmarshal appends them all,
+	// so the packed run is not the whole of the field.
+	tests := []struct {
+		name        string
+		packedFirst bool
+	}{
+		{"packed, then an entry", true},
+		{"an entry, then packed", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pod := func(i int) []byte {
+				web := templatePod("web", i)
+				meta, err := web.ObjectMeta.Marshal()
+				require.NoError(t, err)
+				spec, err := web.Spec.Marshal()
+				require.NoError(t, err)
+				var packed, entry, sc []byte
+				for g := range 20 {
+					packed = protowire.AppendVarint(packed, uint64(1000+g))
+				}
+				entry = protowire.AppendVarint(protowire.AppendTag(entry, 4, protowire.VarintType), 7)
+				// The security context's own (runAsUser), so that the cut
+				// walks into it, then its supplementalGroups (4).
+				sc = protowire.AppendVarint(protowire.AppendTag(sc, 2, protowire.VarintType), uint64(i))
+				if !tt.packedFirst {
+					sc = append(sc, entry...)
+				}
+				sc = protowire.AppendBytes(protowire.AppendTag(sc, 4, protowire.BytesType), packed)
+				if tt.packedFirst {
+					sc = append(sc, entry...)
+				}
+				spec = protowire.AppendBytes(protowire.AppendTag(spec, 14, protowire.BytesType), sc)
+				var raw []byte
+				raw = protowire.AppendBytes(protowire.AppendTag(raw, 1, protowire.BytesType), meta)
+				return protowire.AppendBytes(protowire.AppendTag(raw, 2, protowire.BytesType), spec)
+			}
+			c := roomyCompactLW()
+			_, err := c.compactEncoded(pod(0))
+			require.NoError(t, err)
+			raw := pod(1)
+			want := new(corev1.Pod)
+			require.NoError(t, want.Unmarshal(raw))
+			require.Len(t, want.Spec.SecurityContext.SupplementalGroups, 21)
+			cobj, err := c.compactEncoded(raw)
+			require.NoError(t, err)
+			require.NotEmpty(t, cobj.enc.refs, "the packed run is shared")
+			for _, read := range []func() (*corev1.Pod, error){cobj.Object, cobj.Shared} {
+				got, err := read()
+				require.NoError(t, err)
+				assert.Equal(t, want, got)
+			}
+		})
+	}
+}

@@ -237,6 +237,15 @@ func (k *cut) fields(start, end, depth int) bool {
 		}
 		j := i + n
 		if typ != protowire.BytesType {
+			// A repeated scalar's entries may come packed (a run) and
+			// not (these), and Unmarshal appends them all: a run of
+			// the number is then not the whole of its field.
+			if num < 64 {
+				if seen&(1<<num) != 0 {
+					split |= 1 << num
+				}
+				seen |= 1 << num
+			}
 			k.literal(i, j)
 			i = j
 			continue
