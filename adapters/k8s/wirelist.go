@@ -41,7 +41,10 @@ type pages struct {
 // readAhead is a page being read ahead of its request.
 type readAhead struct {
 	opts metav1.ListOptions
-	done chan struct{} // closed once buf and err are set
+	// cancel ends the read's request: a read-ahead dropped unasked for
+	// must not go on reading (or waiting for) a page nobody will take.
+	cancel context.CancelFunc
+	done   chan struct{} // closed once buf and err are set
 	buf  []byte
 	err  error
 }
@@ -428,7 +431,11 @@ func (c *wireClient[T]) readAheadFor(ctx context.Context, o metav1.ListOptions) 
 	ra := c.pages.next
 	c.pages.next = nil
 	c.pages.mu.Unlock()
-	if ra == nil || ra.opts != o {
+	if ra == nil {
+		return nil, nil
+	}
+	if ra.opts != o {
+		ra.cancel()
 		return nil, nil
 	}
 	select {
@@ -438,6 +445,7 @@ func (c *wireClient[T]) readAheadFor(ctx context.Context, o metav1.ListOptions) 
 		}
 		return ra.buf, nil
 	case <-ctx.Done():
+		ra.cancel()
 		return nil, ctx.Err()
 	}
 }
@@ -462,13 +470,21 @@ func (c *wireClient[T]) readAhead(ctx context.Context, o metav1.ListOptions, nex
 		return
 	}
 	o.Continue = next
-	ra := &readAhead{opts: o, done: make(chan struct{})}
+	// Its own context, so that dropping it ends its request (the body is
+	// read whole before cancel runs on success).
+	rctx, cancel := context.WithCancel(ctx)
+	ra := &readAhead{opts: o, cancel: cancel, done: make(chan struct{})}
 	c.pages.mu.Lock()
+	old := c.pages.next
 	c.pages.next = ra
 	c.pages.mu.Unlock()
+	if old != nil {
+		old.cancel()
+	}
 	go func() {
 		defer close(ra.done)
-		ra.buf, ra.err = c.readPage(ctx, o)
+		defer cancel()
+		ra.buf, ra.err = c.readPage(rctx, o)
 	}()
 }
 

@@ -218,3 +218,40 @@ func TestNewForConfig_ListFailsOnATruncatedPage(t *testing.T) {
 	require.ErrorIs(t, err, errProto)
 	assert.NotContains(t, err.Error(), "p1")
 }
+
+func TestNewForConfig_ListCancelsAReadAheadPageItIsNotAskedFor(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		next func(ctx context.Context, lw *ListWatcher[*corev1.Pod]) error
+	}{
+		{"a new list from the start", func(ctx context.Context, lw *ListWatcher[*corev1.Pod]) error {
+			_, err := lw.List(ctx, source.ListOptions{Limit: 1})
+			return err
+		}},
+		{"the newest version", func(ctx context.Context, lw *ListWatcher[*corev1.Pod]) error {
+			_, err := lw.listVersion(ctx)
+			return err
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ended := make(chan struct{})
+			s := &pagedServer{pods: threePods(), arrived: make(chan string, 8)}
+			s.hold = func(r *http.Request, token string) {
+				if token == "c2" {
+					<-r.Context().Done() // answered only once the client gives up
+					close(ended)
+				}
+			}
+			lw := startPagedServer(t, s)
+			ctx, cancel := context.WithCancel(context.Background())
+			t.Cleanup(cancel) // before the server's Close, which waits for the held request
+			continueTwice(t, ctx, lw, s)
+			require.NoError(t, tc.next(ctx, lw))
+			select {
+			case <-ended: // the dropped read-ahead's request was given up
+			case <-time.After(time.Minute):
+				t.Fatal("the read-ahead nobody asked for is still being read")
+			}
+		})
+	}
+}
