@@ -429,8 +429,9 @@ type compactWatcher[T ProtoObject, In any] struct {
 
 func (w *compactWatcher[T, In]) Next(ctx context.Context) (source.Event[*Compact[T]], error) {
 	ev, err := w.w.Next(ctx)
+	// More too: the mirror takes no checkpoint inside a change.
 	out := source.Event[*Compact[T]]{Type: ev.Type, ResourceVersion: ev.ResourceVersion,
-		InitialEventsEnd: ev.InitialEventsEnd, KeyOnly: ev.KeyOnly, Err: ev.Err}
+		InitialEventsEnd: ev.InitialEventsEnd, KeyOnly: ev.KeyOnly, Err: ev.Err, More: ev.More}
 	if err != nil || ev.Type == source.Bookmark || ev.Type == source.Error {
 		return out, err
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/listwatch/mirror"
+	"github.com/listwatch/mirror/source"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -83,4 +84,34 @@ func (c *countingLW) requeueWithNewUID(t *testing.T, ns, name string) error {
 	}
 	c.Compact(c.Revision())
 	return nil
+}
+
+// An event that is part of a change (More) is passed on as one: the
+// mirror must not take a checkpoint between the change's events.
+func TestCompactListWatcher_PassesOnThatAnEventIsPartOfAChange(t *testing.T) {
+	raw, err := templatePod("web", 1).Marshal()
+	require.NoError(t, err)
+	tests := []struct {
+		name string
+		ev   source.Event[[]byte]
+	}{
+		{"an update, more to come", source.Event[[]byte]{Type: source.Updated, Object: raw, ResourceVersion: "11", More: true}},
+		{"an update, the last", source.Event[[]byte]{Type: source.Updated, Object: raw, ResourceVersion: "11"}},
+		{"a deletion, more to come", source.Event[[]byte]{Type: source.Deleted, Object: raw, ResourceVersion: "12", More: true}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			src := &encodedPods{events: make(chan source.Event[[]byte], 1)}
+			lw := CompactListWatcher[*corev1.Pod](src, newPod, nil)
+			w, err := lw.Watch(t.Context(), source.WatchOptions{ResourceVersion: "10"})
+			require.NoError(t, err)
+			defer w.Stop()
+			src.events <- tt.ev
+			got, err := w.Next(t.Context())
+			require.NoError(t, err)
+			assert.Equal(t, tt.ev.Type, got.Type)
+			assert.Equal(t, tt.ev.ResourceVersion, got.ResourceVersion)
+			assert.Equal(t, tt.ev.More, got.More)
+		})
+	}
 }
