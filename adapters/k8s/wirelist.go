@@ -162,6 +162,7 @@ const (
 // time (see decodeItemsStream).
 func (c *wireClient[T]) decodeListStream(ctx context.Context, o metav1.ListOptions, r *protoReader, meta *metav1.ListMeta, each func(items [][]byte)) error {
 	var encoding []byte
+	list := false
 	for !r.done() {
 		num, wire, err := r.tag()
 		if err != nil {
@@ -176,6 +177,7 @@ func (c *wireClient[T]) decodeListStream(ctx context.Context, o metav1.ListOptio
 				return err
 			}
 			r.consumed(int64(n))
+			list = true
 			continue
 		}
 		if num == 3 && wire == 2 {
@@ -190,6 +192,11 @@ func (c *wireClient[T]) decodeListStream(ctx context.Context, o metav1.ListOptio
 	}
 	if len(encoding) > 0 {
 		return fmt.Errorf("decode a list: %w: content encoding %q", errProto, encoding)
+	}
+	if !list {
+		// A server always sends the list message: a page cut before it
+		// is not an empty list.
+		return fmt.Errorf("decode a list: %w: no list in the page", errProto)
 	}
 	return nil
 }
@@ -257,8 +264,10 @@ func (r *protoReader) done() bool {
 	if r.n >= 0 {
 		return r.n == 0
 	}
+	// Only the stream's end ends the message: a failed read (a broken
+	// connection, the context's end) is left for the next read to report.
 	_, err := r.br.Peek(1)
-	return err != nil
+	return err == io.EOF
 }
 
 func (r *protoReader) consumed(n int64) {
@@ -275,7 +284,7 @@ func (r *protoReader) varint() (uint64, error) {
 		}
 		c, err := r.br.ReadByte()
 		if err != nil {
-			return 0, fmt.Errorf("%w: truncated varint", errProto)
+			return 0, fmt.Errorf("%w: truncated varint: %w", errProto, err)
 		}
 		r.consumed(1)
 		v |= uint64(c&0x7f) << shift
@@ -377,6 +386,11 @@ func (c *wireClient[T]) splitPage(ctx context.Context, o metav1.ListOptions, raw
 	p := rawPage{buf: raw}
 	if msg, _, perr := unwrapObject(raw); perr == nil {
 		p.proto = true
+		if msg == nil {
+			// A server always sends the list message: a page cut
+			// before it is not an empty list.
+			return p, fmt.Errorf("decode a list: %w: no list in the page", errProto)
+		}
 		err := eachField(msg, func(f protoField) error {
 			switch {
 			case f.num == 1 && f.wire == 2:

@@ -255,3 +255,66 @@ func TestNewForConfig_ListCancelsAReadAheadPageItIsNotAskedFor(t *testing.T) {
 		})
 	}
 }
+
+func TestNewForConfig_ListFailsOnAPageCutBeforeItsList(t *testing.T) {
+	// The page's runtime.Unknown up to its list message (field 2): the
+	// prefix and the TypeMeta, and then no list.
+	list := &corev1.PodList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "PodList"}, ListMeta: metav1.ListMeta{ResourceVersion: "10"},
+		Items: []corev1.Pod{*managedPod("a", "p0", "1")}}
+	raw := encodeProto(t, list)
+	cut := -1
+	require.NoError(t, eachField(raw[len(protoMagic):], func(f protoField) error {
+		if f.num == 2 && cut < 0 {
+			cut = len(protoMagic) + f.start
+		}
+		return nil
+	}))
+	require.Positive(t, cut)
+	lists := []struct {
+		name string
+		list func(lw *ListWatcher[*corev1.Pod]) (int, string, error)
+	}{
+		{"List", func(lw *ListWatcher[*corev1.Pod]) (int, string, error) {
+			res, err := lw.List(context.Background(), source.ListOptions{})
+			return len(res.Items), res.ResourceVersion, err
+		}},
+		{"ListEncoded", func(lw *ListWatcher[*corev1.Pod]) (int, string, error) {
+			res, err := lw.ListEncoded(context.Background(), source.ListOptions{})
+			return len(res.Items), res.ResourceVersion, err
+		}},
+		{"listEncodedChunks", func(lw *ListWatcher[*corev1.Pod]) (int, string, error) {
+			n := 0
+			res, err := lw.listEncodedChunks(context.Background(), source.ListOptions{}, func(items [][]byte) { n += len(items) })
+			return n, res.ResourceVersion, err
+		}},
+	}
+	for _, tc := range []struct {
+		name string
+		// broken: the connection breaks (the body is shorter than its
+		// Content-Length); else the body ends there.
+		broken bool
+	}{
+		{"connection broken", true},
+		{"body ends", false},
+	} {
+		for _, l := range lists {
+			t.Run(tc.name+"/"+l.name, func(t *testing.T) {
+				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+					w.Header().Set("Content-Type", contentProtobuf)
+					if tc.broken {
+						w.Header().Set("Content-Length", fmt.Sprint(len(raw)))
+					}
+					_, _ = w.Write(raw[:cut])
+				}))
+				t.Cleanup(srv.Close)
+				lw := newPodsForConfig(t, &rest.Config{Host: srv.URL}, Options{})
+				n, rv, err := l.list(lw)
+				require.Error(t, err, "an empty list at version %q from a page without its list", rv)
+				assert.Zero(t, n)
+				if !tc.broken {
+					assert.ErrorIs(t, err, errProto)
+				}
+			})
+		}
+	}
+}
