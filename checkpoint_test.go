@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -99,7 +100,10 @@ func TestInformer_ResumesFromACheckpointWithExactlyTheChangesMadeWhileDown(t *te
 				// While no mirror runs.
 				src.Put(item{Name: "changed", Val: 2, Gen: 1})
 				src.Delete("recreated")
-				src.Put(item{Name: "recreated", Val: 1, Gen: 2})
+				// Re-created at a new version, as by any real source: a
+				// compacted resume tells an object unchanged by its
+				// version alone.
+				src.Put(item{Name: "recreated", Val: 3, Gen: 2})
 				src.Delete("gone")
 				src.Put(item{Name: "new", Val: 1, Gen: 1})
 				if compacted {
@@ -114,22 +118,31 @@ func TestInformer_ResumesFromACheckpointWithExactlyTheChangesMadeWhileDown(t *te
 				assert.Equal(t, wantLists, src.lists.Load(), "no list while the checkpoint's version is in the history")
 				changes := []string{
 					"add new=1 initial=" + strconv.FormatBool(compacted),
-					"add recreated=1 initial=" + strconv.FormatBool(compacted),
+					"add recreated=3 initial=" + strconv.FormatBool(compacted),
 					"delete gone=1 unknown=" + strconv.FormatBool(compacted),
 					"delete recreated=1 unknown=" + strconv.FormatBool(compacted),
 					"update changed 1->2",
 				}
 				assert.Equal(t, changes, sorted(second.changes.take()), "exactly the changes, once each")
 				replayed := sorted(second.replay.take())
-				for _, n := range []string{"changed", "gone", "kept", "recreated"} {
-					assert.Contains(t, replayed, "add "+n+"=1 initial=true", "the checkpoint's objects, first")
+				if compacted && !slices.Contains(replayed, "add gone=1 initial=true") {
+					// The Reflector learned of the compaction before the
+					// load looked for a list: the load stopped and the
+					// list filled the cache, so a replaying handler is
+					// handed the listed state (checkpoint_listfirst_test.go
+					// pins that path; which one is taken is a race).
+					assert.Equal(t, []string{"add changed=2 initial=true", "add kept=1 initial=true", "add new=1 initial=true", "add recreated=3 initial=true"}, replayed)
+				} else {
+					for _, n := range []string{"changed", "gone", "kept", "recreated"} {
+						assert.Contains(t, replayed, "add "+n+"=1 initial=true", "the checkpoint's objects, first")
+					}
+					assert.Len(t, replayed, 4+len(changes))
 				}
-				assert.Len(t, replayed, 4+len(changes))
 				got := map[string]int{}
 				for k, v := range second.inf.All() {
 					got[k] = v.Val
 				}
-				assert.Equal(t, map[string]int{"kept": 1, "changed": 2, "recreated": 1, "new": 1}, got)
+				assert.Equal(t, map[string]int{"kept": 1, "changed": 2, "recreated": 3, "new": 1}, got)
 				if compacted {
 					require.Len(t, second.errs.all(), 1)
 					assert.ErrorIs(t, second.errs.all()[0], source.ErrExpired, "the watch from the checkpoint's version")

@@ -243,6 +243,14 @@ func TestInformer_CheckpointReplayIsInitialList(t *testing.T) {
 					"initial-list added a=1", "initial-list added b=1",
 					since + " deleted b=1" + unknown, since + " updated a 1->2",
 				}
+				if compacted && len(got) == 1 {
+					// The Reflector learned of the compaction before the
+					// load looked for a list: the load stopped and the list
+					// filled the cache as a first list does, told as the
+					// initial list too (checkpoint_listfirst_test.go pins
+					// that path; which one is taken is a race).
+					want = []string{"initial-list added a=2"}
+				}
 				assert.Equal(t, want, got)
 				cancel()
 				require.NoError(t, <-done)
