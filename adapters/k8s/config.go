@@ -146,8 +146,10 @@ func (c *wireClient[T]) request(o metav1.ListOptions) *rest.Request {
 		VersionedParams(&o, metav1.ParameterCodec).SetHeader("Accept", c.accept())
 }
 
-// decodeItems decodes a list's items, on up to c.workers goroutines.
-func (c *wireClient[T]) decodeItems(raw [][]byte, proto bool, rv string) ([]T, []error) {
+// decodeItems decodes a list's items, on up to c.workers goroutines;
+// first is raw[0]'s place in the page (a page is decoded a chunk at a
+// time), for the errors.
+func (c *wireClient[T]) decodeItems(raw [][]byte, first int, proto bool, rv string) ([]T, []error) {
 	objs := make([]T, len(raw))
 	errs := make([]error, len(raw))
 	c.parallel(len(raw), func(lo, hi int) {
@@ -161,7 +163,7 @@ func (c *wireClient[T]) decodeItems(raw [][]byte, proto bool, rv string) ([]T, [
 	for i, obj := range objs {
 		if errs[i] != nil {
 			skipped = append(skipped, &mirror.ObjectError{ResourceVersion: rv,
-				Err: fmt.Errorf("k8s: decode item %d of a list of %s: %w", i, c.resource, errs[i])})
+				Err: fmt.Errorf("k8s: decode item %d of a list of %s: %w", first+i, c.resource, errs[i])})
 			continue
 		}
 		items = append(items, obj)

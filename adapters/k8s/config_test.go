@@ -248,6 +248,26 @@ func TestNewForConfig_ListReportsUndecodableItems(t *testing.T) {
 	assert.Contains(t, oe.Error(), "item 1")
 }
 
+func TestNewForConfig_ListNamesAnUndecodableItemByItsPlaceInThePage(t *testing.T) {
+	// The page is decoded a chunk at a time: an item past the first
+	// chunk is still named by its place in the page.
+	good := managedPod("a", "web", "7")
+	for _, i := range []int{0, chunkItems - 1, chunkItems, chunkItems + 1} {
+		t.Run(fmt.Sprint(i), func(t *testing.T) {
+			list := &corev1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "10"}}
+			for range chunkItems + 2 {
+				list.Items = append(list.Items, *good)
+			}
+			lw := newPodsForConfig(t, serveSpoiledPage(t, list, i), Options{})
+			res, err := lw.List(context.Background(), source.ListOptions{})
+			require.NoError(t, err)
+			assert.Len(t, res.Items, chunkItems+1)
+			require.Len(t, res.Skipped, 1)
+			assert.Contains(t, res.Skipped[0].Error(), fmt.Sprintf("item %d of", i))
+		})
+	}
+}
+
 func TestNewForConfig_ListClassifiesServerErrors(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", contentJSON)

@@ -45,8 +45,8 @@ type readAhead struct {
 	// must not go on reading (or waiting for) a page nobody will take.
 	cancel context.CancelFunc
 	done   chan struct{} // closed once buf and err are set
-	buf  []byte
-	err  error
+	buf    []byte
+	err    error
 }
 
 // list gets and decodes one page. A protobuf page is decoded as it is
@@ -70,11 +70,13 @@ func (c *wireClient[T]) list(ctx context.Context, o metav1.ListOptions) (page[T]
 			return p, err
 		}
 		p.meta = rp.meta
-		p.items, p.skipped = c.decodeItems(rp.items, rp.proto, p.meta.ResourceVersion)
+		p.items, p.skipped = c.decodeItems(rp.items, 0, rp.proto, p.meta.ResourceVersion)
 		return p, nil
 	}
+	n := 0 // items before the chunk
 	err = c.decodeListStream(ctx, o, pr.reader(), &p.meta, func(items [][]byte) {
-		objs, skipped := c.decodeItems(items, true, p.meta.ResourceVersion)
+		objs, skipped := c.decodeItems(items, n, true, p.meta.ResourceVersion)
+		n += len(items)
 		p.items = append(p.items, objs...)
 		p.skipped = append(p.skipped, skipped...)
 	})
