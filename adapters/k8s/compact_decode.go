@@ -44,8 +44,10 @@ import (
 const fillerNum = protowire.MaxValidNumber
 
 // appendFiller appends a field of n bytes (n >= 7) that Unmarshal skips.
-// Its contents are whatever b's capacity held: only its header is
-// written, and b must have room for all of it.
+// Its contents are zeros, not whatever b's pooled capacity held: the
+// generated Unmarshal bounds a map entry's key and value by the end of
+// the message, not of the entry, so a malformed entry before a filler
+// could read into it, and must not read another object's bytes there.
 func appendFiller(b []byte, n int) []byte {
 	b = protowire.AppendTag(b, fillerNum, protowire.BytesType)
 	rest := n - protowire.SizeTag(fillerNum)
@@ -61,7 +63,7 @@ func appendFiller(b []byte, n int) []byte {
 		v >>= 7
 	}
 	b = append(b, byte(v))
-	return b[:len(b)+rest-k]
+	return append(b, make([]byte, rest-k)...) // a memclr, no allocation
 }
 
 // decodedRun is a run decoded into the field at its path, for objects

@@ -1,6 +1,7 @@
 package k8s
 
 import (
+	"bytes"
 	"fmt"
 	"hash/maphash"
 	"reflect"
@@ -221,6 +222,18 @@ func TestAppendFiller_IsAFieldOfExactlyTheLengthAskedThatUnmarshalSkips(t *testi
 		require.NoError(t, p.Unmarshal(appendFiller(make([]byte, 0, n), n)), "n=%d", n)
 		assert.True(t, reflect.ValueOf(p).IsZero())
 	}
+}
+
+// A malformed map entry read by the generated Unmarshal can run into the
+// filler after it: what it finds there must be zeros, never what a
+// pooled buffer held of another object.
+func TestAppendFiller_HoldsZerosWhateverTheBufferHeld(t *testing.T) {
+	const n = 300
+	used := bytes.Repeat([]byte{0xab}, n)
+	b := appendFiller(used[:0], n)
+	_, _, m := protowire.ConsumeTag(b)
+	_, l := protowire.ConsumeVarint(b[m:])
+	assert.Equal(t, make([]byte, n-m-l), b[m+l:])
 }
 
 func TestCompact_SharedAndObjectReadConcurrently(t *testing.T) {
