@@ -65,7 +65,7 @@ type recordWatcher struct {
 
 func (w recordWatcher) Next(ctx context.Context) (source.Event[shard.Record], error) {
 	ev, err := w.w.Next(ctx)
-	out := source.Event[shard.Record]{Type: ev.Type, ResourceVersion: ev.ResourceVersion, InitialEventsEnd: ev.InitialEventsEnd, Err: ev.Err}
+	out := source.Event[shard.Record]{Type: ev.Type, ResourceVersion: ev.ResourceVersion, More: ev.More, InitialEventsEnd: ev.InitialEventsEnd, Err: ev.Err}
 	if err != nil {
 		return out, err
 	}
