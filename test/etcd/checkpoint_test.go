@@ -215,13 +215,31 @@ func TestCheckpoint_RestartTellsHandlersExactlyTheChangesMadeWhileDown(t *testin
 
 				second := startCPMirror(t, c, prefix, path)
 				after := second.awaitCurrent(t, c, prefix)
+				// If the informer learns of the compaction before its
+				// load looks for a list (a race with etcd's answer), the
+				// load stops and the list fills the cache as a first
+				// list does: a replaying handler is handed the listed
+				// state, not the checkpoint's objects then the changes.
+				listedFirst := func(replayed []call[[]byte]) bool {
+					if !compacted || len(replayed) != len(after) {
+						return false
+					}
+					listed := map[string]etcdmirror.KV{}
+					for _, c := range replayed {
+						if c.kind != callAdd {
+							return false
+						}
+						listed[c.obj.Key] = c.obj
+					}
+					return assert.ObjectsAreEqual(after, listed)
+				}
 				// The handlers are told after the cache changes, each at
 				// its pace, and a stop drops what they were not told yet;
 				// the replaying handler's view may be current before its
 				// last calls (a key created and deleted).
 				require.EventuallyWithT(t, func(c *assert.CollectT) {
 					assert.Equal(c, want, byKey(second.changes.all()))
-					if replayed := second.replay.all(); assert.GreaterOrEqual(c, len(replayed), len(before)) {
+					if replayed := second.replay.all(); !listedFirst(replayed) && assert.GreaterOrEqual(c, len(replayed), len(before)) {
 						assert.Equal(c, want, byKey(replayed[len(before):]))
 					}
 				}, convergeTimeout, 10*time.Millisecond)
@@ -245,6 +263,9 @@ func TestCheckpoint_RestartTellsHandlersExactlyTheChangesMadeWhileDown(t *testin
 
 				assert.Equal(t, want, byKey(second.changes.all()), "the changes-only handler: exactly the changes")
 				replayed := second.replay.all()
+				if listedFirst(replayed) {
+					return
+				}
 				require.GreaterOrEqual(t, len(replayed), len(before))
 				initial := map[string]etcdmirror.KV{}
 				for _, c := range replayed[:len(before)] {
