@@ -418,6 +418,27 @@ func TestNewForConfig_WatchEndsWithAnOversizedFrame(t *testing.T) {
 	assert.False(t, errors.Is(err, io.EOF))
 }
 
+func TestNewForConfig_WatchEndsWithADecodingErrorOnJSONItCannotFrame(t *testing.T) {
+	// JSON that is not JSON loses the stream's framing: the stream ends,
+	// as client-go's does, with a decoding error, not as a clean end.
+	s := &wireServer{jsonOnly: true, events: []watchFrame{
+		{typ: watch.Added, obj: managedPod("ns", "before", "11")},
+		{raw: []byte(`{"type":"ADDED","object":{"secret"]}` + "\n")},
+	}}
+	lw := newPodsForConfig(t, startWireServer(t, s), Options{})
+	w, err := lw.Watch(context.Background(), source.WatchOptions{ResourceVersion: "10"})
+	require.NoError(t, err)
+	defer w.Stop()
+	evs, err := drain(t, w)
+	require.Len(t, evs, 1)
+	assert.Equal(t, "before", evs[0].Object.Name)
+	var se *apierrors.StatusError
+	require.ErrorAs(t, err, &se)
+	assert.EqualValues(t, 500, se.ErrStatus.Code)
+	assert.False(t, errors.Is(err, io.EOF))
+	assert.NotContains(t, err.Error(), "secret")
+}
+
 func TestNewForConfig_StopEndsTheReadingGoroutines(t *testing.T) {
 	// A watch that never ends: Stop must end it, and Next then returns
 	// io.EOF. (goleak-free: the race detector and the package's tests

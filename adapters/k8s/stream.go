@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -98,6 +99,12 @@ func (w *wireWatch[T]) read() {
 		frame = func(b *eventBatch) error {
 			var raw json.RawMessage
 			if err := dec.Decode(&raw); err != nil {
+				var syn *json.SyntaxError
+				if errors.As(err, &syn) {
+					// Not JSON: no read failure but one of decoding,
+					// which client-go reports as such.
+					return decodingError(errJSON(err))
+				}
 				return endOfStream(err)
 			}
 			b.buf = append(b.buf, raw...)
