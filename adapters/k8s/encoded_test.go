@@ -31,6 +31,14 @@ func podMessage(t *testing.T, p *corev1.Pod) []byte {
 	return b
 }
 
+// stripIf is p, without its managedFields if strip.
+func stripIf(strip bool, p *corev1.Pod) *corev1.Pod {
+	if strip {
+		return stripped(p)
+	}
+	return p
+}
+
 func TestListEncoded_HandsOutEachItemsOwnMessage(t *testing.T) {
 	pods := []*corev1.Pod{managedPod("a", "web-1", "7"), managedPod("b", "web-2", "9")}
 	for _, strip := range []bool{false, true} {
@@ -51,6 +59,9 @@ func TestListEncoded_HandsOutEachItemsOwnMessage(t *testing.T) {
 				// byte what the object's Marshal makes.
 				assert.Equal(t, podMessage(t, want), res.Items[i], "item %d", i)
 			}
+			// Appending to an item must not write over the next.
+			_ = append(res.Items[0], make([]byte, 64)...)
+			assert.Equal(t, podMessage(t, stripIf(strip, typeless(pods[1]))), res.Items[1], "the next item, after an append to the first")
 			assert.Contains(t, s.queries[0], "limit=50")
 		})
 	}

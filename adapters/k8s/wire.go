@@ -73,7 +73,9 @@ func nextField(msg []byte, i int) (protoField, error) {
 		if n > uint64(len(msg)-i) {
 			return f, fmt.Errorf("%w: field %d runs past its message", errProto, f.num)
 		}
-		f.data = msg[i : i+int(n)]
+		// Capped: the items of ListEncoded and WatchEncoded are such slices,
+		// and a caller appending to one must not write over the next.
+		f.data = msg[i : i+int(n) : i+int(n)]
 		i += int(n)
 	default:
 		return f, fmt.Errorf("%w: wire type %d", errProto, f.wire)
