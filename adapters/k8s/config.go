@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 
@@ -185,9 +186,18 @@ func (c *wireClient[T]) parallel(n int, fn func(lo, hi int)) {
 }
 
 // decode decodes one object's message (protobuf) or JSON into a new T.
-func (c *wireClient[T]) decode(b []byte, proto bool, scratch []byte) (T, []byte, error) {
-	obj := newObject[T]()
-	var err error
+// A decoder that panics (T's own Unmarshal or UnmarshalJSON, on what the
+// server sent) fails that object with a *mirror.PanicError: it runs on
+// the adapter's goroutines, where a panic would end the process. The
+// deferred call costs nothing next to a decode.
+func (c *wireClient[T]) decode(b []byte, proto bool, scratch []byte) (obj T, _ []byte, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			var zero T
+			obj, err = zero, fmt.Errorf("k8s: decode: %w", &mirror.PanicError{Value: v, Stack: debug.Stack()})
+		}
+	}()
+	obj = newObject[T]()
 	if proto {
 		if c.strip {
 			if b, scratch, err = withoutManagedFields(b, scratch); err != nil {

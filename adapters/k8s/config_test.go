@@ -229,6 +229,40 @@ func serveSpoiledPage(t *testing.T, list *corev1.PodList, i int) *rest.Config {
 	return &rest.Config{Host: srv.URL}
 }
 
+// touchyPod is a Pod whose own Unmarshal panics on a Pod named web-2.
+type touchyPod struct{ corev1.Pod }
+
+func (p *touchyPod) Unmarshal(b []byte) error {
+	if bytes.Contains(b, []byte("web-2")) {
+		panic("touchy")
+	}
+	return p.Pod.Unmarshal(b)
+}
+
+func TestNewForConfig_ADecoderThatPanicsFailsItsObjectOnly(t *testing.T) {
+	list := &corev1.PodList{ListMeta: metav1.ListMeta{ResourceVersion: "10"}}
+	for _, name := range []string{"web-1", "web-2", "web-3"} {
+		list.Items = append(list.Items, *managedPod("a", name, "7"))
+	}
+	raw := encodeProto(t, list)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", contentProtobuf)
+		_, _ = w.Write(raw)
+	}))
+	t.Cleanup(srv.Close)
+	lw, err := NewForConfig[*touchyPod](&rest.Config{Host: srv.URL}, corev1.SchemeGroupVersion.WithResource("pods"), "", Options{})
+	require.NoError(t, err)
+	res, err := lw.List(context.Background(), source.ListOptions{})
+	require.NoError(t, err)
+	require.Len(t, res.Items, 2)
+	assert.Equal(t, []string{"web-1", "web-3"}, []string{res.Items[0].Name, res.Items[1].Name})
+	require.Len(t, res.Skipped, 1)
+	var pe *mirror.PanicError
+	require.ErrorAs(t, res.Skipped[0], &pe)
+	assert.Equal(t, "touchy", pe.Value)
+	assert.Contains(t, res.Skipped[0].Error(), "item 1")
+}
+
 func TestNewForConfig_ListReportsUndecodableItems(t *testing.T) {
 	// A list whose second item is not a Pod's message: the first and
 	// third are kept, the second reported.
