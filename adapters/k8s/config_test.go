@@ -221,6 +221,12 @@ func serveSpoiledPage(t *testing.T, list *corev1.PodList, i int) *rest.Config {
 		}
 		return nil
 	}))
+	return serveProto(t, raw)
+}
+
+// serveProto serves raw, protobuf, to every request.
+func serveProto(t *testing.T, raw []byte) *rest.Config {
+	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", contentProtobuf)
 		_, _ = w.Write(raw)
@@ -244,13 +250,7 @@ func TestNewForConfig_ADecoderThatPanicsFailsItsObjectOnly(t *testing.T) {
 	for _, name := range []string{"web-1", "web-2", "web-3"} {
 		list.Items = append(list.Items, *managedPod("a", name, "7"))
 	}
-	raw := encodeProto(t, list)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", contentProtobuf)
-		_, _ = w.Write(raw)
-	}))
-	t.Cleanup(srv.Close)
-	lw, err := NewForConfig[*touchyPod](&rest.Config{Host: srv.URL}, corev1.SchemeGroupVersion.WithResource("pods"), "", Options{})
+	lw, err := NewForConfig[*touchyPod](serveProto(t, encodeProto(t, list)), corev1.SchemeGroupVersion.WithResource("pods"), "", Options{})
 	require.NoError(t, err)
 	res, err := lw.List(context.Background(), source.ListOptions{})
 	require.NoError(t, err)

@@ -152,16 +152,23 @@ func TestNewForConfig_ListAsksAgainForAPageItReadAheadAndLost(t *testing.T) {
 	assert.Equal(t, []string{"", "c1", "c2", "c2"}, s.asked())
 }
 
-func TestNewForConfig_ListReadAheadEndsWithItsContext(t *testing.T) {
-	ended := make(chan struct{})
-	s := &pagedServer{pods: threePods(), arrived: make(chan string, 8)}
+// startHeldPagedServer starts a pagedServer of threePods that answers
+// the page after c2 only once the client gives up its request, and then
+// closes ended.
+func startHeldPagedServer(t *testing.T) (s *pagedServer, lw *ListWatcher[*corev1.Pod], ended chan struct{}) {
+	ended = make(chan struct{})
+	s = &pagedServer{pods: threePods(), arrived: make(chan string, 8)}
 	s.hold = func(r *http.Request, token string) {
 		if token == "c2" {
-			<-r.Context().Done() // answered only once the client gives up
+			<-r.Context().Done()
 			close(ended)
 		}
 	}
-	lw := startPagedServer(t, s)
+	return s, startPagedServer(t, s), ended
+}
+
+func TestNewForConfig_ListReadAheadEndsWithItsContext(t *testing.T) {
+	s, lw, ended := startHeldPagedServer(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	continueTwice(t, ctx, lw, s)
 	cancel()
@@ -206,14 +213,8 @@ func TestNewForConfig_ListFailsOnATruncatedPage(t *testing.T) {
 	pods := []*corev1.Pod{managedPod("a", "p0", "1"), managedPod("a", "p1", "2")}
 	list := &corev1.PodList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "PodList"}, ListMeta: metav1.ListMeta{ResourceVersion: "10"},
 		Items: []corev1.Pod{*pods[0], *pods[1]}}
-	var body []byte
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", contentProtobuf)
-		_, _ = w.Write(body[:len(body)-100])
-	}))
-	t.Cleanup(srv.Close)
-	body = encodeProto(t, list)
-	lw := newPodsForConfig(t, &rest.Config{Host: srv.URL}, Options{})
+	body := encodeProto(t, list)
+	lw := newPodsForConfig(t, serveProto(t, body[:len(body)-100]), Options{})
 	_, err := lw.List(context.Background(), source.ListOptions{})
 	require.ErrorIs(t, err, errProto)
 	assert.NotContains(t, err.Error(), "p1")
@@ -234,15 +235,7 @@ func TestNewForConfig_ListCancelsAReadAheadPageItIsNotAskedFor(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ended := make(chan struct{})
-			s := &pagedServer{pods: threePods(), arrived: make(chan string, 8)}
-			s.hold = func(r *http.Request, token string) {
-				if token == "c2" {
-					<-r.Context().Done() // answered only once the client gives up
-					close(ended)
-				}
-			}
-			lw := startPagedServer(t, s)
+			s, lw, ended := startHeldPagedServer(t)
 			ctx, cancel := context.WithCancel(context.Background())
 			t.Cleanup(cancel) // before the server's Close, which waits for the held request
 			continueTwice(t, ctx, lw, s)
