@@ -61,8 +61,9 @@ type ProtoObject interface {
 // Object a deep copy of what Shared returns. And a CompactListWatcher
 // encodes every object it lists or watches again, unless its source
 // hands out the encodings as they arrived (EncodedListWatcher), in which
-// case it decodes none. The cache suits large caches read by key at a modest rate, not controllers
-// that read whole namespaces on every reconcile.
+// case it decodes none. The cache suits large caches read by key at a
+// modest rate, not controllers that read whole namespaces on every
+// reconcile.
 type Compact[T ProtoObject] struct {
 	key Key
 	// rv, uid and labels share the encoding's memory.

@@ -75,10 +75,8 @@ func (lw *ListWatcher[T]) listEncodedChunks(ctx context.Context, opts source.Lis
 	if err := lw.notEncoded(); err != nil {
 		return res, fmt.Errorf("k8s: list %s: %w", lw.what, err)
 	}
-	n := 0
-	meta, err := lw.wire.listChunks(ctx, o, func(items [][]byte, rv string) {
-		kept, skipped := lw.stripItems(items, n, rv)
-		n += len(items)
+	meta, err := lw.wire.listChunks(ctx, o, func(items [][]byte, first int, rv string) {
+		kept, skipped := lw.stripItems(items, first, rv)
 		res.Skipped = append(res.Skipped, skipped...)
 		each(kept)
 	})

@@ -73,10 +73,8 @@ func (c *wireClient[T]) list(ctx context.Context, o metav1.ListOptions) (page[T]
 		p.items, p.skipped = c.decodeItems(rp.items, 0, rp.proto, p.meta.ResourceVersion)
 		return p, nil
 	}
-	n := 0 // items before the chunk
-	err = c.decodeListStream(ctx, o, pr.reader(), &p.meta, func(items [][]byte) {
-		objs, skipped := c.decodeItems(items, n, true, p.meta.ResourceVersion)
-		n += len(items)
+	err = c.decodeListStream(ctx, o, pr.reader(), &p.meta, func(items [][]byte, first int) {
+		objs, skipped := c.decodeItems(items, first, true, p.meta.ResourceVersion)
 		p.items = append(p.items, objs...)
 		p.skipped = append(p.skipped, skipped...)
 	})
@@ -84,11 +82,12 @@ func (c *wireClient[T]) list(ctx context.Context, o metav1.ListOptions) (page[T]
 }
 
 // listChunks gets one page, which must be protobuf, and hands its items'
-// messages to each a chunk at a time, as they are read: a chunk's memory
-// is reused once each returns. It returns the page's ListMeta. A page the
+// messages to each a chunk at a time, as they are read, with the place
+// of the chunk's first item in the page: a chunk's memory is reused once
+// each returns. It returns the page's ListMeta. A page the
 // server answered in JSON is not read: listChunks fails with an error
 // wrapping ErrNotEncoded.
-func (c *wireClient[T]) listChunks(ctx context.Context, o metav1.ListOptions, each func(items [][]byte, rv string)) (metav1.ListMeta, error) {
+func (c *wireClient[T]) listChunks(ctx context.Context, o metav1.ListOptions, each func(items [][]byte, first int, rv string)) (metav1.ListMeta, error) {
 	var meta metav1.ListMeta
 	pr, err := c.openPage(ctx, o)
 	if err != nil {
@@ -99,7 +98,7 @@ func (c *wireClient[T]) listChunks(ctx context.Context, o metav1.ListOptions, ea
 		c.servesJSON.Store(true)
 		return meta, fmt.Errorf("a list that is not protobuf: %w", ErrNotEncoded)
 	}
-	err = c.decodeListStream(ctx, o, pr.reader(), &meta, func(items [][]byte) { each(items, meta.ResourceVersion) })
+	err = c.decodeListStream(ctx, o, pr.reader(), &meta, func(items [][]byte, first int) { each(items, first, meta.ResourceVersion) })
 	return meta, err
 }
 
@@ -159,10 +158,14 @@ const (
 	chunkItems = 1024
 )
 
+// errNoList is the error of a page without its list message, which a
+// server always sends: a page cut before it is not an empty list.
+var errNoList = fmt.Errorf("decode a list: %w: no list in the page", errProto)
+
 // decodeListStream reads a runtime.Unknown holding a list from r: the
 // list's ListMeta into meta, its items' messages to each, a chunk at a
 // time (see decodeItemsStream).
-func (c *wireClient[T]) decodeListStream(ctx context.Context, o metav1.ListOptions, r *protoReader, meta *metav1.ListMeta, each func(items [][]byte)) error {
+func (c *wireClient[T]) decodeListStream(ctx context.Context, o metav1.ListOptions, r *protoReader, meta *metav1.ListMeta, each func(items [][]byte, first int)) error {
 	var encoding []byte
 	list := false
 	for !r.done() {
@@ -196,19 +199,19 @@ func (c *wireClient[T]) decodeListStream(ctx context.Context, o metav1.ListOptio
 		return fmt.Errorf("decode a list: %w: content encoding %q", errProto, encoding)
 	}
 	if !list {
-		// A server always sends the list message: a page cut before it
-		// is not an empty list.
-		return fmt.Errorf("decode a list: %w: no list in the page", errProto)
+		return errNoList
 	}
 	return nil
 }
 
 // decodeItemsStream reads a list message from r: its ListMeta into meta
 // (and then starts reading the next page ahead), its items' messages to
-// each, a chunk at a time, in memory reused for the next chunk.
-func (c *wireClient[T]) decodeItemsStream(ctx context.Context, o metav1.ListOptions, r *protoReader, meta *metav1.ListMeta, each func(items [][]byte)) error {
+// each, a chunk at a time, in memory reused for the next chunk, with the
+// place of the chunk's first item in the list.
+func (c *wireClient[T]) decodeItemsStream(ctx context.Context, o metav1.ListOptions, r *protoReader, meta *metav1.ListMeta, each func(items [][]byte, first int)) error {
 	var chunk []byte
 	var ends []int
+	first := 0
 	flush := func() {
 		if len(ends) == 0 {
 			return
@@ -219,7 +222,8 @@ func (c *wireClient[T]) decodeItemsStream(ctx context.Context, o metav1.ListOpti
 			items[i] = chunk[start:end]
 			start = end
 		}
-		each(items)
+		each(items, first)
+		first += len(items)
 		chunk, ends = chunk[:0], ends[:0]
 	}
 	for !r.done() {
@@ -389,9 +393,7 @@ func (c *wireClient[T]) splitPage(ctx context.Context, o metav1.ListOptions, raw
 	if msg, _, perr := unwrapObject(raw); perr == nil {
 		p.proto = true
 		if msg == nil {
-			// A server always sends the list message: a page cut
-			// before it is not an empty list.
-			return p, fmt.Errorf("decode a list: %w: no list in the page", errProto)
+			return p, errNoList
 		}
 		err := eachField(msg, func(f protoField) error {
 			switch {
